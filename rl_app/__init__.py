@@ -1,0 +1,3 @@
+"""rl_app: named reinforcement-learning experiments on Ray RLlib."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from rl_app.cli import main
+
+raise SystemExit(main())

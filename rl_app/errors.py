@@ -1,0 +1,20 @@
+"""User-facing errors: the CLI prints them as one line and exits with code 2."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """An error caused by the user's input, reported without a traceback."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError):
+    """A problem with an experiment file or override, naming where it is."""
+
+    def __init__(self, source: str, message: str, key: str | None = None) -> None:
+        self.source = source
+        self.key = key
+        self.message = message
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {message}")

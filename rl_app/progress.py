@@ -1,0 +1,74 @@
+"""Live training progress: one line per iteration, and the final summary."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from rich.console import Console
+
+
+@dataclass
+class IterationMetrics:
+    """The numbers of one training iteration that we report and log."""
+
+    iteration: int
+    timesteps: int
+    episodes: int
+    return_mean: float
+    return_min: float
+    return_max: float
+    episode_len_mean: float
+    eval_return_mean: float
+    steps_per_s: float
+    iteration_s: float
+    elapsed_s: float
+
+
+CSV_FIELDS = list(IterationMetrics.__dataclass_fields__)
+
+
+def _fmt_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "--:--"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def _fmt_return(value: float) -> str:
+    return "     n/a" if math.isnan(value) else f"{value:8.1f}"
+
+
+class ProgressPrinter:
+    """Prints one line per iteration: iteration, timesteps, return, steps/s, elapsed, ETA."""
+
+    def __init__(self, console: Console, stop_timesteps: int | None, stop_time_s: float | None):
+        self.console = console
+        self.stop_timesteps = stop_timesteps
+        self.stop_time_s = stop_time_s
+        self.started = time.monotonic()
+
+    def eta_s(self, metrics: IterationMetrics) -> float:
+        remaining = []
+        if self.stop_timesteps and metrics.timesteps and metrics.elapsed_s > 0:
+            rate = metrics.timesteps / metrics.elapsed_s
+            remaining.append(max(0.0, self.stop_timesteps - metrics.timesteps) / rate)
+        if self.stop_time_s:
+            remaining.append(max(0.0, self.stop_time_s - metrics.elapsed_s))
+        return min(remaining) if remaining else math.inf
+
+    def header(self) -> None:
+        self.console.print(
+            "[bold] iter   timesteps     return   eval ret   steps/s   elapsed      ETA[/bold]"
+        )
+
+    def iteration(self, metrics: IterationMetrics) -> None:
+        self.console.print(
+            f"{metrics.iteration:5d} {metrics.timesteps:11,d}   {_fmt_return(metrics.return_mean)}"
+            f"   {_fmt_return(metrics.eval_return_mean)} {metrics.steps_per_s:9,.0f}"
+            f"   {_fmt_duration(metrics.elapsed_s):>7}  {_fmt_duration(self.eta_s(metrics)):>7}",
+            highlight=False,
+        )

@@ -1,0 +1,71 @@
+"""Start (or join) Ray for one command, and always shut down what we started."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from rl_app.errors import UserError
+
+
+@dataclass(frozen=True)
+class Cluster:
+    num_cpus: int
+    num_gpus: int
+    address: str | None  # None: a local Ray started by us (or by the caller)
+
+
+def _quiet_libraries() -> None:
+    # RLlib and Gymnasium log deprecation notices on every start; they are not for our users.
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", module="gymnasium")
+
+
+@contextmanager
+def ray_session(address: str | None = None, verbose: bool = False) -> Iterator[Cluster]:
+    """Connect to ``address`` (or $RAY_ADDRESS), else start a local Ray sized to this machine.
+
+    A Ray already initialised by the caller (a test fixture, a notebook) is reused
+    and left running; one started here is shut down on exit, Ctrl-C included.
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Keep a local Ray on loopback instead of the host's interface address.
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if not verbose:
+        _quiet_libraries()
+    import ray
+
+    from rl_app.resources import local_cpu_count, local_gpu_count
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    owned = not ray.is_initialized()
+    if owned:
+        if address:
+            try:
+                ray.init(address=address, log_to_driver=verbose, logging_level=logging.WARNING)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise UserError(f"cannot connect to Ray at {address}: {first_line}") from None
+        else:
+            ray.init(
+                num_cpus=local_cpu_count(),
+                num_gpus=local_gpu_count(),
+                include_dashboard=False,
+                log_to_driver=verbose,
+                logging_level=logging.WARNING,
+            )
+    try:
+        resources = ray.cluster_resources()
+        yield Cluster(
+            num_cpus=int(resources.get("CPU", 0)),
+            num_gpus=int(resources.get("GPU", 0)),
+            address=address,
+        )
+    finally:
+        if owned:
+            ray.shutdown()

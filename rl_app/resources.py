@@ -1,0 +1,76 @@
+"""How many env runners and which learner device, from the cores and GPUs available."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    num_cpus: int
+    num_gpus: int
+    num_env_runners: int
+    num_envs_per_env_runner: int
+    num_learners: int
+    num_gpus_per_learner: int
+
+    @property
+    def learner_device(self) -> str:
+        return "gpu" if self.num_gpus_per_learner else "cpu"
+
+    def describe(self) -> str:
+        runners = f"{self.num_env_runners} env runner{'s' if self.num_env_runners != 1 else ''}"
+        if self.num_env_runners == 0:
+            runners = "sampling on the driver (0 env runners)"
+        return (
+            f"{self.num_cpus} CPU{'s' if self.num_cpus != 1 else ''}, {self.num_gpus} GPU"
+            f"{'s' if self.num_gpus != 1 else ''}: {runners} x {self.num_envs_per_env_runner} "
+            f"envs, learner on {self.learner_device.upper()}"
+        )
+
+
+def local_cpu_count() -> int:
+    """Cores this process may use (respects affinity masks and cgroup-pinned CPUs)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def local_gpu_count() -> int:
+    """GPUs torch can see; 0 without CUDA."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def plan_resources(experiment, num_cpus: int, num_gpus: int) -> ResourcePlan:  # type: ignore[no-untyped-def]
+    """Spread env runners over the cores, minus the ones reserved for driver and learner.
+
+    The learner takes a GPU when one is available unless ``learners.device`` says cpu;
+    ``device: gpu`` without a GPU is an error.
+    """
+    from rl_app.errors import UserError
+
+    runners = experiment.env_runners
+    if runners.num_env_runners == "auto":
+        num_env_runners = max(0, num_cpus - runners.reserved_cpus)
+    else:
+        num_env_runners = runners.num_env_runners
+
+    device = experiment.learners.device
+    if device == "gpu" and num_gpus == 0:
+        raise UserError("learners.device is 'gpu' but no GPU is visible (use 'auto' or 'cpu')")
+    use_gpu = device == "gpu" or (device == "auto" and num_gpus > 0)
+    num_learners = experiment.learners.num_learners
+    if use_gpu and num_learners > num_gpus:
+        raise UserError(f"learners.num_learners={num_learners} needs that many GPUs ({num_gpus} visible)")
+    return ResourcePlan(
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        num_env_runners=num_env_runners,
+        num_envs_per_env_runner=runners.num_envs_per_env_runner,
+        num_learners=num_learners,
+        num_gpus_per_learner=1 if use_gpu else 0,
+    )

@@ -1,0 +1,113 @@
+"""The only module that talks to RLlib's config API.
+
+It maps a validated experiment onto ``AlgorithmConfig``'s fluent setters, runs
+RLlib's own ``validate()`` and turns its errors into one-line messages. When RLlib
+renames a knob, only this file changes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rl_app.algorithms import ALGORITHMS, AlgorithmSpec
+from rl_app.errors import ConfigError
+from rl_app.resources import ResourcePlan
+
+
+def algorithm_spec(experiment: Any) -> AlgorithmSpec:
+    return ALGORITHMS[experiment.algorithm]
+
+
+def _config_class(spec: AlgorithmSpec) -> type:
+    module_name, _, class_name = spec.config_class.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
+
+
+def training_kwargs(experiment: Any) -> dict[str, Any]:
+    """The experiment's training section as keyword arguments of ``.training()``."""
+    kwargs = experiment.training.model_dump(exclude_none=True)
+    if "replay_buffer" in kwargs:
+        kwargs["replay_buffer_config"] = kwargs.pop("replay_buffer")
+    for key in ("lr", "epsilon"):
+        if isinstance(kwargs.get(key), list):
+            kwargs[key] = [list(point) for point in kwargs[key]]
+    if isinstance(kwargs.get("n_step"), tuple):
+        kwargs["n_step"] = tuple(kwargs["n_step"])
+    return kwargs
+
+
+def _env_name(env_id: str) -> str:
+    """Gymnasium ids pass straight to RLlib; 'module:Class' ids are registered with Tune."""
+    if ":" not in env_id:
+        return env_id
+    from ray.tune.registry import register_env
+
+    from rl_app.envs import make_env_creator
+
+    register_env(env_id, make_env_creator(env_id))
+    return env_id
+
+
+def build_algorithm_config(experiment: Any, plan: ResourcePlan, source: str) -> Any:
+    """An RLlib ``AlgorithmConfig`` for ``experiment``, validated by RLlib."""
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    spec = algorithm_spec(experiment)
+    runners = experiment.env_runners
+    config = (
+        _config_class(spec)()
+        .framework("torch")
+        .environment(env=_env_name(experiment.env.id), env_config=dict(experiment.env.config))
+        .env_runners(
+            num_env_runners=plan.num_env_runners,
+            num_envs_per_env_runner=plan.num_envs_per_env_runner,
+            rollout_fragment_length=runners.rollout_fragment_length,
+        )
+        .learners(
+            num_learners=plan.num_learners,
+            num_gpus_per_learner=plan.num_gpus_per_learner,
+        )
+        .training(**training_kwargs(experiment))
+        .rl_module(model_config=DefaultModelConfig(**experiment.model.model_dump(exclude_none=True)))
+        .debugging(seed=experiment.seed)
+    )
+    evaluation = experiment.evaluation
+    if evaluation.interval:
+        config.evaluation(
+            evaluation_interval=evaluation.interval,
+            evaluation_duration=evaluation.episodes,
+            evaluation_duration_unit="episodes",
+            evaluation_num_env_runners=evaluation.num_env_runners,
+            evaluation_config={"explore": evaluation.explore},
+        )
+    try:
+        config.validate()
+    except (ValueError, TypeError, KeyError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(source, f"RLlib rejected the config: {first_line}") from None
+    return config
+
+
+def resolved_settings(experiment: Any, config: Any) -> dict[str, Any]:
+    """The experiment with every unset training/model value filled in from RLlib's config."""
+    resolved = experiment.model_dump(mode="json", by_alias=True, exclude={"extends"})
+    training = {}
+    for name, info in type(experiment.training).model_fields.items():
+        rllib_name = "replay_buffer_config" if name == "replay_buffer" else name
+        training[info.alias or name] = _plain(getattr(config, rllib_name, None))
+    resolved["training"] = training
+    model_config = config.model_config
+    resolved["model"] = {name: _plain(model_config.get(name)) for name in resolved["model"]}
+    return resolved
+
+
+def _plain(value: Any) -> Any:
+    """A YAML-friendly copy of an RLlib config value."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
