@@ -54,10 +54,9 @@ def _describe(error: Any) -> str | None:
     kind, ctx = error["type"], error.get("ctx", {})
     bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<"}
     if kind in bounds:
-        limit = next(iter(ctx.values()))
-        return f"a number {bounds[kind]} {limit}"
+        return f"a number {bounds[kind]} {next(iter(ctx.values())):g}"
     if kind == "less_than_equal":
-        return f"a number <= {ctx['le']}"
+        return f"a number <= {ctx['le']:g}"
     if kind == "literal_error":
         return f"one of {ctx['expected']}"
     simple = {

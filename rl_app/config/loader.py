@@ -130,7 +130,17 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(value_text) if value_text.strip() else None
     except yaml.YAMLError:
         raise ConfigError(f"--set {text}", "value is not valid YAML") from None
-    return key, value
+    return key, _yaml11_number(value)
+
+
+def _yaml11_number(value: Any) -> Any:
+    """YAML 1.1 reads ``1e-3`` (no dot) as a string; users mean a number."""
+    if isinstance(value, str):
+        try:
+            return float(value) if re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value) else value
+        except ValueError:
+            return value
+    return value
 
 
 def apply_overrides(data: dict[str, Any], overrides: tuple[str, ...]) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+# rl_app: `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+EXP ?= ppo_cartpole
+ARGS ?=
+PYTHON ?= python3.11
+CONDA := $(shell command -v mamba 2>/dev/null || command -v conda 2>/dev/null)
+
+# With conda/mamba the environment lives in .conda-env (from environment.yml);
+# otherwise a .venv made with pip from the same pin files.
+ifneq ($(CONDA),)
+ENV_DIR := .conda-env
+else
+ENV_DIR := .venv
+endif
+BIN := $(ENV_DIR)/bin
+STAMP := $(ENV_DIR)/.rl_app-installed
+PIN_FILES := requirements.txt requirements-dev.txt environment.yml pyproject.toml
+
+.PHONY: help setup train show list lint format test test-fast clean-env
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@echo "  variables: EXP=$(EXP) ARGS='--set training.lr=0.0003 --set stop.timesteps=50000'"
+
+setup: $(STAMP) ## create the environment from the pins (idempotent; fast when up to date)
+
+$(STAMP): $(PIN_FILES)
+ifneq ($(CONDA),)
+	@if [ -d $(ENV_DIR) ]; then $(CONDA) env update -p $(ENV_DIR) -f environment.yml; \
+	else $(CONDA) env create -p $(ENV_DIR) -f environment.yml; fi
+else
+	@command -v $(PYTHON) >/dev/null || { echo "make setup: $(PYTHON) not found (set PYTHON=...)"; exit 2; }
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(ENV_DIR)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+endif
+	@touch $(STAMP)
+
+train: setup ## train EXP (ARGS passes --set overrides etc.)
+	$(BIN)/rl_app train $(EXP) $(ARGS)
+
+show: setup ## print EXP's fully resolved config
+	$(BIN)/rl_app show $(EXP) $(ARGS)
+
+list: setup ## list the shipped experiments
+	@$(BIN)/rl_app list
+
+lint: setup ## ruff (lint + format check), mypy, hadolint
+	$(BIN)/ruff check rl_app tests bench
+	$(BIN)/ruff format --check rl_app tests bench
+	$(BIN)/mypy
+	@if ls docker/Dockerfile* >/dev/null 2>&1; then $(BIN)/hadolint docker/Dockerfile*; fi
+
+format: setup ## apply ruff's formatting and autofixes
+	$(BIN)/ruff format rl_app tests bench
+	$(BIN)/ruff check --fix rl_app tests bench
+
+test: setup ## the full test suite, learning tests included
+	$(BIN)/python -m pytest tests
+
+test-fast: setup ## everything but the slow learning tests
+	$(BIN)/python -m pytest tests -m "not slow"
+
+clean-env: ## remove the environment
+	rm -rf .venv .conda-env

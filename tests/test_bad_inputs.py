@@ -1,0 +1,91 @@
+"""Every user error: one line on stderr naming file and key, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_app.cli import main
+
+GOOD = "algorithm: PPO\nenv: CartPole-v1\ntraining: {lr: 0.001}\nstop: {timesteps: 1000}\n"
+
+# (experiment file text or None for no file, command line, expected fragments of the message)
+CASES = {
+    "unknown experiment": (None, ["show", "nope"], ["unknown experiment 'nope'", "available: good"]),
+    "near-miss experiment": (None, ["show", "god"], ["did you mean 'good'?"]),
+    "relative path": (None, ["show", "../x"], ["must be a name from", "not a path"]),
+    "absolute path": (None, ["show", "/etc/passwd"], ["not a path"]),
+    "yaml syntax": ("algorithm: PPO\nenv: [CartPole-v1\n", ["show", "bad"], ["bad.yaml", "YAML syntax error", "line 3"]),
+    "not a mapping": ("- 1\n- 2\n", ["show", "bad"], ["bad.yaml", "must be a mapping"]),
+    "unknown key": (GOOD.replace("lr:", "lrr:"), ["show", "bad"], ["training.lrr", "did you mean 'lr'?", "allowed:"]),
+    "unknown section": (GOOD + "trainig: {}\n", ["show", "bad"], ["trainig", "did you mean 'training'?"]),
+    "wrong type": (GOOD.replace("lr: 0.001", "lr: fast"), ["show", "bad"], ["training.lr", "must be a number", "'fast'"]),
+    "negative lr": (GOOD.replace("0.001", "-1"), ["show", "bad"], ["bad.yaml: training.lr: must be a number > 0 or a list (got -1)"]),
+    "zero batch": (
+        GOOD.replace("lr: 0.001", "train_batch_size_per_learner: 0"),
+        ["show", "bad"],
+        ["training.train_batch_size_per_learner", "> 0", "got 0"],
+    ),
+    "bad activation": (
+        GOOD + "model: {fcnet_activation: sigmoid}\n",
+        ["show", "bad"],
+        ["model.fcnet_activation", "'tanh'", "'relu'", "got 'sigmoid'"],
+    ),
+    "unknown algorithm": (GOOD.replace("PPO", "PPX"), ["show", "bad"], ["algorithm", "did you mean 'PPO'?", "PPO, APPO, DQN, SAC"]),
+    "missing algorithm": ("env: CartPole-v1\nstop: {timesteps: 10}\n", ["show", "bad"], ["bad.yaml: algorithm: required"]),
+    "unknown env": (GOOD.replace("CartPole-v1", "CartPol-v1"), ["show", "bad"], ["env.id", "unknown env id", "'CartPole-v1'"]),
+    "missing stop": (GOOD.replace("stop: {timesteps: 1000}\n", ""), ["show", "bad"], ["stop", "required key is missing"]),
+    "empty stop": (GOOD.replace("{timesteps: 1000}", "{}"), ["show", "bad"], ["stop", "set at least one of"]),
+    "bad override": (GOOD, ["show", "bad", "--set", "training.gamma=2"], ["--set training.gamma=2", "<= 1"]),
+    "malformed override": (GOOD, ["show", "bad", "--set", "gamma"], ["--set gamma", "KEY=VALUE"]),
+    "gpu without gpu": (GOOD + "learners: {device: gpu}\n", ["show", "bad"], ["learners.device", "no GPU"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_user_error_is_one_line_exit_2(
+    case: str, experiments: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text, argv, fragments = CASES[case]
+    (experiments / "good.yaml").write_text(GOOD)
+    if text is not None:
+        (experiments / "bad.yaml").write_text(text)
+    if case == "gpu without gpu":
+        monkeypatch.setattr("rl_app.resources.local_gpu_count", lambda: 0)
+    before = sorted(p.name for p in experiments.iterdir())
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("rl_app: error: ")
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} not in {err!r}"
+    assert sorted(p.name for p in experiments.iterdir()) == before
+
+
+def test_real_process_prints_no_traceback(experiments: Path) -> None:
+    (experiments / "bad.yaml").write_text(GOOD.replace("0.001", "-1"))
+    result = subprocess.run(
+        [sys.executable, "-m", "rl_app", "train", "bad"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RL_APP_EXPERIMENTS_DIR": str(experiments)},
+        cwd=experiments.parent,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "rl_app: error: experiments/bad.yaml: training.lr: must be a number > 0 or a list (got -1)"
+    ]
+    assert not (experiments.parent / "runs").exists(), "a rejected config must not create a run folder"
+
+
+def test_unknown_command_and_option_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["trian"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
