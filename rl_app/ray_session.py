@@ -47,7 +47,7 @@ def ray_session(address: str | None = None, verbose: bool = False) -> Iterator[C
     if owned:
         if address:
             try:
-                ray.init(address=address, log_to_driver=verbose, logging_level=logging.WARNING)
+                ray.init(address=address, log_to_driver=verbose, logging_level=logging.WARNING if verbose else logging.ERROR)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 raise UserError(f"cannot connect to Ray at {address}: {first_line}") from None
@@ -57,7 +57,7 @@ def ray_session(address: str | None = None, verbose: bool = False) -> Iterator[C
                 num_gpus=local_gpu_count(),
                 include_dashboard=False,
                 log_to_driver=verbose,
-                logging_level=logging.WARNING,
+                logging_level=logging.WARNING if verbose else logging.ERROR,
             )
     try:
         resources = ray.cluster_resources()

@@ -43,7 +43,10 @@ def plot_reward_curve(progress_csv: Path, out_png: Path, title: str) -> Path:
     ax.set_ylabel("episode return")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="best")
+    if rows:
+        ax.legend(loc="best")
+    else:
+        ax.text(0.5, 0.5, "no episode finished yet", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(out_png)
     plt.close(fig)

@@ -54,10 +54,20 @@ def plan_resources(experiment, num_cpus: int, num_gpus: int) -> ResourcePlan:  #
     from rl_app.errors import UserError
 
     runners = experiment.env_runners
+    evaluation = experiment.evaluation
+    eval_runners = evaluation.num_env_runners if evaluation.interval else 0
     if runners.num_env_runners == "auto":
-        num_env_runners = max(0, num_cpus - runners.reserved_cpus)
+        num_env_runners = max(0, num_cpus - runners.reserved_cpus - eval_runners)
     else:
         num_env_runners = runners.num_env_runners
+    # Each remote actor holds one CPU; asking for more than exist makes Ray wait forever.
+    needed = num_env_runners + eval_runners + experiment.learners.num_learners
+    if needed > num_cpus:
+        raise UserError(
+            f"{num_env_runners} env runners + {eval_runners} evaluation runners + "
+            f"{experiment.learners.num_learners} learners needs {needed} CPUs, but {num_cpus} are available "
+            "(lower env_runners.num_env_runners or use 'auto')"
+        )
 
     device = experiment.learners.device
     if device == "gpu" and num_gpus == 0:

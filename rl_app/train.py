@@ -29,6 +29,7 @@ class RunSummary:
     iterations: int
     timesteps: int
     best_return: float
+    best_eval_return: float
     final_return: float
     last_checkpoint: Path | None
     elapsed_s: float
@@ -78,10 +79,15 @@ def metrics_from_result(result: dict[str, Any], previous_timesteps: int, elapsed
     )
 
 
-def stop_reason(stop: Any, metrics: IterationMetrics) -> str | None:
-    """The first stop criterion of the experiment that ``metrics`` meets, if any."""
-    if stop.return_ is not None and metrics.return_mean >= stop.return_:
-        return f"mean return {metrics.return_mean:.1f} >= {stop.return_:g}"
+def stop_reason(stop: Any, metrics: IterationMetrics, evaluated: bool) -> str | None:
+    """The first stop criterion of the experiment that ``metrics`` meets, if any.
+
+    With evaluation on, the return criterion is judged on the evaluation return
+    (deterministic episodes), not on the noisier training episodes.
+    """
+    judged, label = (metrics.eval_return_mean, "evaluation") if evaluated else (metrics.return_mean, "training")
+    if stop.return_ is not None and judged >= stop.return_:
+        return f"mean {label} return {judged:.1f} >= {stop.return_:g}"
     if stop.timesteps is not None and metrics.timesteps >= stop.timesteps:
         return f"timesteps {metrics.timesteps:,} >= {stop.timesteps:,}"
     if stop.iterations is not None and metrics.iteration >= stop.iterations:
@@ -97,7 +103,7 @@ def run_training_loop(
     """Call ``algo.train()`` until a stop rule fires or we are interrupted."""
     started = time.monotonic()
     every, keep = experiment.checkpoint.every, experiment.checkpoint.keep
-    best, last = -math.inf, None
+    best, best_eval, last = -math.inf, -math.inf, None
     metrics: IterationMetrics | None = None
     last_checkpoint: Path | None = None
     status, reason = "failed", "error"
@@ -120,7 +126,9 @@ def run_training_loop(
                 last = metrics.return_mean
                 if metrics.iteration % every == 0:
                     last_checkpoint = save_checkpoint(algo, run_dir, metrics.iteration, keep)
-                found = stop_reason(experiment.stop, metrics)
+                if not math.isnan(metrics.eval_return_mean):
+                    best_eval = max(best_eval, metrics.eval_return_mean)
+                found = stop_reason(experiment.stop, metrics, evaluated=experiment.evaluation.interval > 0)
                 if found:
                     status, reason = "finished", found
                     break
@@ -136,6 +144,7 @@ def run_training_loop(
         iterations=metrics.iteration if metrics else 0,
         timesteps=metrics.timesteps if metrics else 0,
         best_return=best,
+        best_eval_return=best_eval,
         final_return=last if last is not None else math.nan,
         last_checkpoint=last_checkpoint,
         elapsed_s=time.monotonic() - started,
@@ -184,9 +193,10 @@ def train(
             algo.stop()
     write_json(run_dir / "summary.json", {**asdict(summary), "experiment": name})
     plot_reward_curve(run_dir / "progress.csv", run_dir / "reward_curve.png", f"{name} ({experiment.algorithm})")
+    evaluated = f", best evaluation return {summary.best_eval_return:.1f}" if math.isfinite(summary.best_eval_return) else ""
     console.print(
         f"[bold]{summary.status}[/bold]: {summary.stop_reason}; best mean return "
-        f"{summary.best_return:.1f} after {summary.iterations} iterations, "
+        f"{summary.best_return:.1f}{evaluated} after {summary.iterations} iterations, "
         f"{summary.timesteps:,} timesteps, {summary.elapsed_s:.0f}s"
     )
     console.print(f"Checkpoint: {summary.last_checkpoint}")

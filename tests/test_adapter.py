@@ -1,0 +1,79 @@
+"""Schema -> RLlib AlgorithmConfig mapping and resource planning (RLlib imported, Ray not started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rl_app.config import load_experiment
+from rl_app.errors import ConfigError, UserError
+from rl_app.resources import plan_resources
+from rl_app.rllib_adapter import build_algorithm_config
+
+
+def build(name: str, *overrides: str, cpus: int = 2, gpus: int = 0):  # type: ignore[no-untyped-def]
+    loaded = load_experiment(name, overrides)
+    plan = plan_resources(loaded.config, cpus, gpus)
+    return build_algorithm_config(loaded.config, plan, loaded.source), plan
+
+
+def test_ppo_settings_reach_rllib(shipped: Path) -> None:
+    config, plan = build("ppo_cartpole", "training.lambda=0.95", "seed=11")
+    assert config.lr == pytest.approx(3e-4)
+    assert config.lambda_ == pytest.approx(0.95)
+    assert config.num_epochs == 6 and config.minibatch_size == 128
+    assert config.model_config["fcnet_hiddens"] == [32]
+    assert config.model_config["vf_share_layers"] is True
+    assert config.seed == 11
+    assert config.env == "CartPole-v1"
+    assert config.num_env_runners == plan.num_env_runners == 1  # 2 cores - 1 reserved
+
+
+def test_dqn_replay_target_and_epsilon_reach_rllib(shipped: Path) -> None:
+    config, _ = build("dqn_cartpole")
+    assert config.replay_buffer_config["type"] == "PrioritizedEpisodeReplayBuffer"
+    assert config.replay_buffer_config["capacity"] == 50_000
+    assert config.target_network_update_freq == 1000
+    assert config.epsilon == [[0, 1.0], [20000, 0.02]]
+    assert config.double_q and config.dueling
+
+
+def test_evaluation_maps_to_deterministic_episodes(shipped: Path) -> None:
+    config, _ = build("ppo_cartpole", "evaluation.interval=3", "evaluation.episodes=4")
+    assert config.evaluation_interval == 3
+    assert config.evaluation_duration == 4 and config.evaluation_duration_unit == "episodes"
+    assert config.evaluation_config["explore"] is False
+
+
+@pytest.mark.parametrize(
+    ("cpus", "gpus", "overrides", "runners", "gpus_per_learner"),
+    [
+        (2, 0, (), 1, 0),
+        (16, 0, (), 15, 0),
+        (1, 0, (), 0, 0),
+        (16, 1, (), 15, 1),  # a visible GPU is used without any config change
+        (16, 1, ("learners.device=cpu",), 15, 0),
+        (8, 0, ("env_runners.num_env_runners=3",), 3, 0),
+        (8, 0, ("env_runners.reserved_cpus=3",), 5, 0),
+        (8, 0, ("evaluation.interval=1", "evaluation.num_env_runners=2"), 5, 0),
+    ],
+)
+def test_resource_plan(  # type: ignore[no-untyped-def]
+    shipped: Path, cpus, gpus, overrides, runners, gpus_per_learner
+) -> None:
+    config, plan = build("ppo_cartpole", *overrides, cpus=cpus, gpus=gpus)
+    assert plan.num_env_runners == runners == config.num_env_runners
+    assert plan.num_gpus_per_learner == gpus_per_learner == config.num_gpus_per_learner
+    assert ("GPU" if gpus_per_learner else "CPU") in plan.describe()
+
+
+def test_too_many_runners_for_the_cores_is_refused(shipped: Path) -> None:
+    with pytest.raises(UserError, match="needs 5 CPUs"):
+        build("ppo_cartpole", "env_runners.num_env_runners=5", cpus=2)
+
+
+def test_rllib_validation_errors_become_one_line(shipped: Path) -> None:
+    # RLlib, not our schema, owns the rule that a minibatch fits into the train batch.
+    with pytest.raises(ConfigError, match=r"^experiments/ppo_cartpole.yaml: RLlib rejected the config: .*minibatch"):
+        build("ppo_cartpole", "training.minibatch_size=8000")

@@ -1,0 +1,50 @@
+"""The command line: fast --help, list, show."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_app.cli import main
+
+
+def test_help_imports_neither_ray_nor_torch() -> None:
+    code = (
+        "import sys, contextlib, io\n"
+        "from rl_app.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try: main(['--help'])\n"
+        "    except SystemExit: pass\n"
+        "print(sorted(m for m in ('ray', 'torch', 'gymnasium') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_list_shows_algorithm_env_and_description(shipped: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name, algorithm, env in [
+        ("ppo_cartpole", "PPO", "CartPole-v1"),
+        ("dqn_cartpole", "DQN", "CartPole-v1"),
+        ("sac_pendulum", "SAC", "Pendulum-v1"),
+    ]:
+        line = next(line for line in out.splitlines() if name in line)
+        assert algorithm in line and env in line
+
+
+def test_show_resolves_defaults_yaml_and_overrides(shipped: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    assert main(["show", "ppo_cartpole", "--set", "training.lr=0.0005"]) == 0
+    out = capsys.readouterr().out
+    resolved = yaml.safe_load(out)
+    assert resolved["training"]["lr"] == pytest.approx(5e-4)  # override
+    assert resolved["training"]["num_epochs"] == 6  # from the YAML
+    assert resolved["training"]["clip_param"] == pytest.approx(0.3)  # RLlib's default
+    assert resolved["model"]["fcnet_hiddens"] == [32]
+    assert resolved["checkpoint"] == {"every": 10, "keep": 3}  # schema default
+    assert "# resources on this machine:" in out

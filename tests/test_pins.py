@@ -1,0 +1,59 @@
+"""One source of truth for pins: requirements*.txt; everything else agrees with it."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pins(path: Path) -> dict[str, Requirement]:
+    lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
+    requirements = [Requirement(line) for line in lines if line]
+    return {r.name.lower(): r for r in requirements}
+
+
+def test_required_pins_are_exact() -> None:
+    runtime = pins(REPO / "requirements.txt")
+    assert str(runtime["ray"].specifier) == "==2.60.0"
+    assert runtime["ray"].extras == {"rllib", "tune", "default"}
+    assert str(runtime["torch"].specifier) == "==2.13.0"
+    for name, requirement in {**runtime, **pins(REPO / "requirements-dev.txt")}.items():
+        assert re.fullmatch(r"==[\w.]+", str(requirement.specifier)), f"{name} is not pinned exactly"
+
+
+def test_gymnasium_pin_is_the_one_ray_pins() -> None:
+    ray_requires = [Requirement(r) for r in metadata.requires("ray") or []]
+    ray_gymnasium = next(r for r in ray_requires if r.name == "gymnasium")
+    ours = pins(REPO / "requirements.txt")["gymnasium"]
+    pinned_version = str(ours.specifier).removeprefix("==")
+    assert ray_gymnasium.specifier.contains(pinned_version), (ray_gymnasium, ours)
+
+
+def test_environment_yml_installs_from_the_pin_files() -> None:
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    dependencies = env["dependencies"]
+    assert "python=3.11" in dependencies
+    pip_section = next(d["pip"] for d in dependencies if isinstance(d, dict))
+    assert "-r requirements.txt" in pip_section and "-r requirements-dev.txt" in pip_section
+    # No package is pinned here a second time, where it could drift.
+    assert [line for line in pip_section if not line.startswith("-")] == []
+
+
+def test_pyproject_reads_dependencies_from_requirements() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "dependencies" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["dependencies"]["file"] == ["requirements.txt"]
+    assert project["project"]["scripts"]["rl_app"] == "rl_app.cli:main"
+
+
+def test_installed_versions_match_pins() -> None:
+    for name, requirement in pins(REPO / "requirements.txt").items():
+        installed = metadata.version(name)
+        assert requirement.specifier.contains(installed.split("+")[0]), f"{name} {installed} vs {requirement}"

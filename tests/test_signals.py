@@ -1,0 +1,48 @@
+"""Ctrl-C and SIGTERM: a final checkpoint is written and Ray is shut down."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_writes_final_checkpoint(signum: int, tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
+        "--set", "stop.timesteps=100000000", "--set", "checkpoint.every=1000",
+        "--set", "training.train_batch_size_per_learner=500", "--set", "training.minibatch_size=100",
+    ]  # fmt: skip
+    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        progress: list[Path] = []
+        while time.monotonic() < deadline:
+            progress = list(tmp_path.glob("ppo_cartpole/*/progress.csv"))
+            if progress and len(progress[0].read_text().splitlines()) >= 3:
+                break
+            assert process.poll() is None, process.communicate()[0]
+            time.sleep(0.5)
+        assert progress, "training never reported an iteration"
+        process.send_signal(signum)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, output
+    run_dir = progress[0].parent
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert summary["last_checkpoint"] and Path(summary["last_checkpoint"]).is_dir()
+    assert "Traceback" not in output

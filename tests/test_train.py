@@ -1,0 +1,80 @@
+"""Training runs on one small shared Ray session: run folders, checkpoints, reproducibility."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rl_app.checkpoints import list_checkpoints
+from rl_app.config import available_experiments
+from rl_app.train import train
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
+
+SMALL_PPO = (
+    "training.train_batch_size_per_learner=400",
+    "training.minibatch_size=100",
+    "training.num_epochs=1",
+)
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "progress.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.parametrize("name", available_experiments(Path(__file__).resolve().parents[1] / "experiments"))
+def test_every_shipped_experiment_builds_and_trains(name: str, shipped: Path, tmp_path: Path) -> None:
+    summary = train(name, ["stop.iterations=1", "evaluation.interval=0"], runs_root=tmp_path)
+    assert summary.status == "finished" and summary.iterations == 1
+    assert summary.timesteps > 0
+    assert len(rows(summary.run_dir)) == 1
+
+
+def test_run_folder_tells_its_own_story(shipped: Path, tmp_path: Path) -> None:
+    overrides = [*SMALL_PPO, "stop.iterations=3", "checkpoint.every=1", "checkpoint.keep=2", "seed=5"]
+    summary = train("ppo_cartpole", overrides, runs_root=tmp_path)
+    run_dir = summary.run_dir
+    assert run_dir.parent == tmp_path / "ppo_cartpole"
+
+    progress = rows(run_dir)
+    assert [int(r["iteration"]) for r in progress] == [1, 2, 3]
+    assert all(float(r["steps_per_s"]) > 0 for r in progress)
+    assert int(progress[-1]["timesteps"]) == summary.timesteps >= 1200
+
+    assert [p.name for p in list_checkpoints(run_dir)] == ["iter_000002", "iter_000003"]
+    assert summary.last_checkpoint == run_dir / "checkpoints" / "iter_000003"
+    assert (summary.last_checkpoint / "rllib_checkpoint.json").is_file()
+    assert not list((run_dir / "checkpoints").glob(".partial-*"))
+
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert resolved["training"]["train_batch_size_per_learner"] == 400
+    assert resolved["training"]["clip_param"] == pytest.approx(0.3)  # RLlib default, recorded
+    metadata = json.loads((run_dir / "metadata.json").read_text())
+    assert metadata["seed"] == 5
+    assert metadata["overrides"] == overrides
+    assert metadata["versions"]["ray"] == "2.60.0"
+    assert metadata["git_revision"]
+    assert "rl_app" in (run_dir / "command.txt").read_text() or (run_dir / "command.txt").read_text().strip()
+    saved = json.loads((run_dir / "summary.json").read_text())
+    assert saved["status"] == "finished" and saved["iterations"] == 3
+    png = run_dir / "reward_curve.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+    again = train("ppo_cartpole", overrides, runs_root=tmp_path)
+    assert again.run_dir != run_dir
+    assert (run_dir / "summary.json").read_text() == json.dumps(saved, indent=2, sort_keys=True) + "\n"
+
+
+def test_same_seed_same_first_iteration(shipped: Path, tmp_path: Path) -> None:
+    overrides = [*SMALL_PPO, "stop.iterations=1", "env_runners.num_env_runners=0", "seed=3"]
+    first = rows(train("ppo_cartpole", overrides, runs_root=tmp_path).run_dir)[0]
+    second = rows(train("ppo_cartpole", overrides, runs_root=tmp_path).run_dir)[0]
+    other = rows(train("ppo_cartpole", [*overrides, "seed=4"], runs_root=tmp_path).run_dir)[0]
+    keys = ("timesteps", "episodes", "return_mean", "return_min", "return_max", "episode_len_mean")
+    assert {k: first[k] for k in keys} == {k: second[k] for k in keys}
+    assert {k: first[k] for k in keys} != {k: other[k] for k in keys}
