@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("experiment", metavar="EXP", help="experiment name (see 'rl_app list')")
     _add_overrides(train)
     train.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
-    train.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run folders go (default: runs)")
+    train.add_argument(
+        "--runs-dir", type=Path, default=Path("runs"), help="where run folders go (default: runs)"
+    )
     train.add_argument("--verbose", action="store_true", help="show Ray's and RLlib's own logs")
     return parser
 

@@ -47,7 +47,11 @@ def ray_session(address: str | None = None, verbose: bool = False) -> Iterator[C
     if owned:
         if address:
             try:
-                ray.init(address=address, log_to_driver=verbose, logging_level=logging.WARNING if verbose else logging.ERROR)
+                ray.init(
+                    address=address,
+                    log_to_driver=verbose,
+                    logging_level=logging.WARNING if verbose else logging.ERROR,
+                )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 raise UserError(f"cannot connect to Ray at {address}: {first_line}") from None

@@ -9,7 +9,9 @@ from pathlib import Path
 
 def read_progress(progress_csv: Path) -> list[dict[str, float]]:
     with progress_csv.open(newline="") as handle:
-        return [{k: float(v) if v != "" else math.nan for k, v in row.items()} for row in csv.DictReader(handle)]
+        return [
+            {k: float(v) if v != "" else math.nan for k, v in row.items()} for row in csv.DictReader(handle)
+        ]
 
 
 def plot_reward_curve(progress_csv: Path, out_png: Path, title: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def local_gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def plan_resources(experiment, num_cpus: int, num_gpus: int) -> ResourcePlan:  # type: ignore[no-untyped-def]
+def plan_resources(experiment: Any, num_cpus: int, num_gpus: int) -> ResourcePlan:
     """Spread env runners over the cores, minus the ones reserved for driver and learner.
 
     The learner takes a GPU when one is available unless ``learners.device`` says cpu;

@@ -21,7 +21,7 @@ def algorithm_spec(experiment: Any) -> AlgorithmSpec:
 
 def _config_class(spec: AlgorithmSpec) -> type:
     module_name, _, class_name = spec.config_class.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def training_kwargs(experiment: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import json
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -89,7 +89,7 @@ def write_run_metadata(
             "resources": resources,
             "hostname": platform.node(),
             "argv": argv,
-            "started_at": datetime.now(timezone.utc).isoformat(),
+            "started_at": datetime.now(UTC).isoformat(),
             "executable": sys.executable,
         },
     )

@@ -56,7 +56,9 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
-def metrics_from_result(result: dict[str, Any], previous_timesteps: int, elapsed_s: float) -> IterationMetrics:
+def metrics_from_result(
+    result: dict[str, Any], previous_timesteps: int, elapsed_s: float
+) -> IterationMetrics:
     """Pick our reported numbers out of one RLlib ``Algorithm.train()`` result."""
     runners = result.get("env_runners", {})
     evaluation = result.get("evaluation", {}).get("env_runners", {})
@@ -85,7 +87,9 @@ def stop_reason(stop: Any, metrics: IterationMetrics, evaluated: bool) -> str | 
     With evaluation on, the return criterion is judged on the evaluation return
     (deterministic episodes), not on the noisier training episodes.
     """
-    judged, label = (metrics.eval_return_mean, "evaluation") if evaluated else (metrics.return_mean, "training")
+    judged, label = (
+        (metrics.eval_return_mean, "evaluation") if evaluated else (metrics.return_mean, "training")
+    )
     if stop.return_ is not None and judged >= stop.return_:
         return f"mean {label} return {judged:.1f} >= {stop.return_:g}"
     if stop.timesteps is not None and metrics.timesteps >= stop.timesteps:
@@ -97,9 +101,7 @@ def stop_reason(stop: Any, metrics: IterationMetrics, evaluated: bool) -> str | 
     return None
 
 
-def run_training_loop(
-    algo: Any, experiment: Any, run_dir: Path, printer: ProgressPrinter
-) -> RunSummary:
+def run_training_loop(algo: Any, experiment: Any, run_dir: Path, printer: ProgressPrinter) -> RunSummary:
     """Call ``algo.train()`` until a stop rule fires or we are interrupted."""
     started = time.monotonic()
     every, keep = experiment.checkpoint.every, experiment.checkpoint.keep
@@ -182,7 +184,9 @@ def train(
             resources={**asdict(plan), "cluster_address": cluster.address},
             argv=sys.argv,
         )
-        console.print(f"[bold]{name}[/bold]: {experiment.algorithm} on {experiment.env.id}, seed {experiment.seed}")
+        console.print(
+            f"[bold]{name}[/bold]: {experiment.algorithm} on {experiment.env.id}, seed {experiment.seed}"
+        )
         console.print(f"Resources: {plan.describe()}")
         console.print(f"Run folder: {run_dir}")
         algo = config.build_algo()
@@ -192,8 +196,14 @@ def train(
         finally:
             algo.stop()
     write_json(run_dir / "summary.json", {**asdict(summary), "experiment": name})
-    plot_reward_curve(run_dir / "progress.csv", run_dir / "reward_curve.png", f"{name} ({experiment.algorithm})")
-    evaluated = f", best evaluation return {summary.best_eval_return:.1f}" if math.isfinite(summary.best_eval_return) else ""
+    plot_reward_curve(
+        run_dir / "progress.csv", run_dir / "reward_curve.png", f"{name} ({experiment.algorithm})"
+    )
+    evaluated = (
+        f", best evaluation return {summary.best_eval_return:.1f}"
+        if math.isfinite(summary.best_eval_return)
+        else ""
+    )
     console.print(
         f"[bold]{summary.status}[/bold]: {summary.stop_reason}; best mean return "
         f"{summary.best_return:.1f}{evaluated} after {summary.iterations} iterations, "

@@ -75,5 +75,7 @@ def test_too_many_runners_for_the_cores_is_refused(shipped: Path) -> None:
 
 def test_rllib_validation_errors_become_one_line(shipped: Path) -> None:
     # RLlib, not our schema, owns the rule that a minibatch fits into the train batch.
-    with pytest.raises(ConfigError, match=r"^experiments/ppo_cartpole.yaml: RLlib rejected the config: .*minibatch"):
+    with pytest.raises(
+        ConfigError, match=r"^experiments/ppo_cartpole.yaml: RLlib rejected the config: .*minibatch"
+    ):
         build("ppo_cartpole", "training.minibatch_size=8000")

@@ -20,7 +20,9 @@ def test_help_imports_neither_ray_nor_torch() -> None:
         "    except SystemExit: pass\n"
         "print(sorted(m for m in ('ray', 'torch', 'gymnasium') if m in sys.modules))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert result.stdout.strip() == "[]"
 
 

@@ -33,7 +33,9 @@ def test_minimal_experiment_gets_schema_defaults(experiments: Path) -> None:
 
 def test_overrides_are_typed_and_validated_like_yaml(experiments: Path) -> None:
     write(experiments, "tiny", MINIMAL)
-    loaded = load_experiment("tiny", ["training.lr=0.0003", "stop.timesteps=50000", "model.fcnet_hiddens=[64, 64]"])
+    loaded = load_experiment(
+        "tiny", ["training.lr=0.0003", "stop.timesteps=50000", "model.fcnet_hiddens=[64, 64]"]
+    )
     assert loaded.config.training.lr == pytest.approx(3e-4)
     assert loaded.config.stop.timesteps == 50000
     assert loaded.config.model.fcnet_hiddens == [64, 64]

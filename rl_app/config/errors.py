@@ -84,14 +84,14 @@ def _describe(error: Any) -> str | None:
 def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str]:
     """The dotted key of the first problem and a message saying what is wrong and allowed."""
     errors = exc.errors()
-    first_keys, parent = _walk(model, errors[0]["loc"])
+    first_keys, _ = _walk(model, errors[0]["loc"])
     key = ".".join(first_keys) or "(top level)"
     same_key = [e for e in errors if _walk(model, e["loc"])[0] == first_keys]
     first = same_key[0]
 
     if first["type"] == "extra_forbidden":
         unknown = first_keys[-1]
-        parent_keys, parent = _walk(model, first["loc"][:-1])
+        _, parent = _walk(model, first["loc"][:-1])
         allowed = _field_names(parent) if parent is not None else []
         close = difflib.get_close_matches(unknown, allowed, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""

@@ -166,7 +166,7 @@ def apply_overrides(data: dict[str, Any], overrides: tuple[str, ...]) -> dict[st
 
 def validate_experiment(data: dict[str, Any], source: str, overrides: tuple[str, ...] = ()) -> Any:
     """Validate a raw experiment mapping against the schema of its algorithm."""
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
 
     from rl_app.algorithms import ALGORITHMS
     from rl_app.config.schema import Experiment
@@ -182,7 +182,7 @@ def validate_experiment(data: dict[str, Any], source: str, overrides: tuple[str,
             f"unknown algorithm '{algorithm}'; {hint}(allowed: {', '.join(ALGORITHMS)})",
             key="algorithm",
         )
-    model = Experiment[ALGORITHMS[algorithm].training]  # type: ignore[name-defined]
+    model: type[BaseModel] = Experiment[ALGORITHMS[algorithm].training]  # type: ignore[misc,assignment]
     try:
         return model.model_validate({"training": {}, **data})
     except ValidationError as exc:

@@ -102,9 +102,7 @@ class PPOTraining(TrainingSection):
 
 
 class ReplayBufferSection(Section):
-    type: Literal["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"] = (
-        "PrioritizedEpisodeReplayBuffer"
-    )
+    type: Literal["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"] = "PrioritizedEpisodeReplayBuffer"
     capacity: PositiveInt = 50_000
     alpha: Annotated[float, Field(ge=0)] | None = Field(None, description="Prioritization.")
     beta: Annotated[float, Field(ge=0)] | None = Field(None, description="IS correction.")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 
 def check_env_id(env_id: str) -> None:
@@ -29,7 +31,7 @@ def check_env_id(env_id: str) -> None:
         )
 
 
-def make_env_creator(env_id: str):  # type: ignore[no-untyped-def]
+def make_env_creator(env_id: str) -> Callable[[dict[str, Any]], Any]:
     """An RLlib env creator for a 'package.module:Class' id."""
     module_name, _, class_name = env_id.partition(":")
     env_class = getattr(importlib.import_module(module_name), class_name)

@@ -1,0 +1,34 @@
+"""Learning quality is correctness: each shipped experiment reaches its stated return.
+
+Each test trains the experiment exactly as shipped (its own budget), with deterministic
+evaluation every few iterations, and asserts the evaluation return against the target.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rl_app.config import load_experiment
+from rl_app.train import train
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
+
+
+@pytest.mark.parametrize("name", ["ppo_cartpole", "dqn_cartpole", "sac_pendulum"])
+def test_shipped_experiment_reaches_its_return(
+    name: str, shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    experiment = load_experiment(name).config
+    target = experiment.stop.return_
+    assert experiment.evaluation.interval > 0, "targets are judged on deterministic evaluation episodes"
+    summary = train(name, runs_root=tmp_path)
+    with capsys.disabled():  # the figures belong in the test log, pass or fail
+        print(
+            f"\n{name}: best evaluation return {summary.best_eval_return:.1f} (target {target:g}) "
+            f"after {summary.timesteps:,} steps, {summary.iterations} iterations, {summary.elapsed_s:.0f} s"
+        )
+    assert summary.status == "finished"
+    assert summary.best_eval_return >= target, summary
+    assert summary.timesteps <= experiment.stop.timesteps + 10_000  # within the YAML's budget
