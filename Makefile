@@ -16,6 +16,7 @@ ENV_DIR := .venv
 endif
 BIN := $(ENV_DIR)/bin
 STAMP := $(ENV_DIR)/.rl_app-installed
+LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-dev.txt environment.yml pyproject.toml
 
 .PHONY: help setup train show list lint format test test-fast clean-env
@@ -49,14 +50,14 @@ list: setup ## list the shipped experiments
 	@$(BIN)/rl_app list
 
 lint: setup ## ruff (lint + format check), mypy, hadolint
-	$(BIN)/ruff check rl_app tests bench
-	$(BIN)/ruff format --check rl_app tests bench
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 	@if ls docker/Dockerfile* >/dev/null 2>&1; then $(BIN)/hadolint docker/Dockerfile*; fi
 
 format: setup ## apply ruff's formatting and autofixes
-	$(BIN)/ruff format rl_app tests bench
-	$(BIN)/ruff check --fix rl_app tests bench
+	$(BIN)/ruff format $(LINT_PATHS)
+	$(BIN)/ruff check --fix $(LINT_PATHS)
 
 test: setup ## the full test suite, learning tests included
 	$(BIN)/python -m pytest tests
