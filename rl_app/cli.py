@@ -47,15 +47,62 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("experiment", metavar="EXP", help="experiment name (see 'rl_app list')")
     _add_overrides(show)
 
-    train = commands.add_parser("train", help="train an experiment")
-    train.add_argument("experiment", metavar="EXP", help="experiment name (see 'rl_app list')")
-    _add_overrides(train)
-    train.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
+    train = commands.add_parser("train", help="train an experiment, or resume a run")
     train.add_argument(
+        "experiment",
+        metavar="EXP",
+        nargs="?",
+        help="experiment name (see 'rl_app list'); optional with --resume",
+    )
+    _add_overrides(train)
+    train.add_argument("--resume", metavar="RUN", help="continue run RUN (folder or storage URI)")
+    train.add_argument(
+        "--force-config", action="store_true", help="resume even if the config differs from the run's"
+    )
+    train.add_argument("--init-from", metavar="CHECKPOINT", help="start from another run's policy weights")
+    train.add_argument("--storage", metavar="URI", help="mirror the run folder here (path, s3://, gs://)")
+    train.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
+    _add_runs_dir(train)
+    train.add_argument("--verbose", action="store_true", help="show Ray's and RLlib's own logs")
+
+    runs = commands.add_parser("runs", help="list runs: experiment, status, best return, checkpoint")
+    _add_runs_dir(runs)
+
+    report = commands.add_parser("report", help="reward-curve PNGs of runs, and a comparison of several")
+    report.add_argument("runs", metavar="RUN", nargs="+", help="run folders")
+    report.add_argument("--out", type=Path, help="comparison PNG (default: comparison.png in the cwd)")
+
+    evaluate = commands.add_parser("evaluate", help="run a trained policy deterministically")
+    evaluate.add_argument("run", metavar="RUN", help="run folder, checkpoint or storage URI of a run")
+    evaluate.add_argument("--episodes", type=_positive_int, default=10)
+    evaluate.add_argument("--workers", type=_positive_int, default=1, help="parallel Ray workers")
+    evaluate.add_argument("--video", action="store_true", help="record mp4s of the first episodes")
+    evaluate.add_argument("--explore", action="store_true", help="sample actions instead of greedy")
+    evaluate.add_argument("--seed", type=int, default=1000, help="seed of the first episode")
+    _add_runs_dir(evaluate)
+
+    export = commands.add_parser("export", help="write the policy as TorchScript or ONNX")
+    export.add_argument("run", metavar="RUN", help="run folder, checkpoint or storage URI of a run")
+    export.add_argument("--format", choices=("torchscript", "onnx"), default="torchscript")
+    export.add_argument("--out", type=Path, help="output folder (default: RUN/export)")
+    _add_runs_dir(export)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})")
+    return value
+
+
+def _add_runs_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="where run folders go (default: runs)"
     )
-    train.add_argument("--verbose", action="store_true", help="show Ray's and RLlib's own logs")
-    return parser
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -76,12 +123,64 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from rl_app.train import train
 
     summary = train(
-        args.experiment, args.overrides, address=args.address, runs_root=args.runs_dir, verbose=args.verbose
+        args.experiment,
+        args.overrides,
+        resume=args.resume,
+        force_config=args.force_config,
+        init_from=args.init_from,
+        storage=args.storage,
+        address=args.address,
+        runs_root=args.runs_dir,
+        verbose=args.verbose,
     )
     return EXIT_INTERRUPTED if summary.status == "interrupted" else 0
 
 
-COMMANDS = {"list": _cmd_list, "show": _cmd_show, "train": _cmd_train}
+def _cmd_runs(args: argparse.Namespace) -> int:
+    from rl_app.commands import list_runs
+
+    list_runs(args.runs_dir)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from rl_app.report import report_runs
+
+    report_runs([Path(r) for r in args.runs], args.out)
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from rl_app.evaluate import evaluate
+
+    evaluate(
+        args.run,
+        episodes=args.episodes,
+        workers=args.workers,
+        video=args.video,
+        explore=args.explore,
+        seed=args.seed,
+        runs_root=args.runs_dir,
+    )
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rl_app.export import export_policy
+
+    export_policy(args.run, args.format, args.out, runs_root=args.runs_dir)
+    return 0
+
+
+COMMANDS = {
+    "list": _cmd_list,
+    "show": _cmd_show,
+    "train": _cmd_train,
+    "runs": _cmd_runs,
+    "report": _cmd_report,
+    "evaluate": _cmd_evaluate,
+    "export": _cmd_export,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,9 @@
-"""The small read-only commands: ``list`` and ``show``."""
+"""The small read-only commands: ``list``, ``show`` and ``runs``."""
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
 
 import yaml
 from rich.console import Console
@@ -35,3 +38,31 @@ def show_experiment(name: str, overrides: list[str] | tuple[str, ...] = ()) -> N
     print(f"# {name}: {loaded.source}{''.join(' --set ' + o for o in loaded.overrides)}")
     print(f"# resources on this machine: {plan.describe()}")
     print(yaml.safe_dump(resolved_settings(loaded.config, config), sort_keys=False), end="")
+
+
+def list_runs(runs_root: Path, console: Console | None = None) -> None:
+    """Print every run under ``runs_root``: experiment, status, best return, timesteps, checkpoint."""
+    from rl_app.errors import UserError
+    from rl_app.runs import find_runs
+
+    if not runs_root.is_dir():
+        raise UserError(f"runs folder '{runs_root}' does not exist (train something first, or --runs-dir)")
+    console = console or Console()
+    table = Table(title=f"Runs in {runs_root}", title_justify="left")
+    for column in ("run", "status", "iter", "timesteps", "best return", "checkpoint"):
+        table.add_column(
+            column,
+            justify="right" if column in ("iter", "timesteps", "best return") else "left",
+            no_wrap=True,
+        )
+    for row in find_runs(runs_root):
+        best = "" if math.isnan(row.best_return) else f"{row.best_return:.1f}"
+        table.add_row(
+            str(row.path.relative_to(runs_root)),
+            row.status,
+            str(row.iterations),
+            f"{row.timesteps:,}",
+            best,
+            row.last_checkpoint,
+        )
+    console.print(table)

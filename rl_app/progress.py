@@ -24,6 +24,11 @@ class IterationMetrics:
     steps_per_s: float
     iteration_s: float
     elapsed_s: float
+    cpu_percent: float = math.nan
+    memory_mb: float = math.nan
+    system_memory_percent: float = math.nan
+    gpu_util_percent: float = math.nan
+    gpu_memory_mb: float = math.nan
 
 
 CSV_FIELDS = list(IterationMetrics.__dataclass_fields__)

@@ -53,3 +53,65 @@ def plot_reward_curve(progress_csv: Path, out_png: Path, title: str) -> Path:
     fig.savefig(out_png)
     plt.close(fig)
     return out_png
+
+
+def _run_title(run_dir: Path) -> str:
+    import json
+
+    try:
+        meta = json.loads((run_dir / "metadata.json").read_text())
+        return f"{meta.get('experiment', run_dir.parent.name)} / {run_dir.name}"
+    except (OSError, ValueError):
+        return f"{run_dir.parent.name} / {run_dir.name}"
+
+
+def plot_comparison(run_dirs: list[Path], out_png: Path) -> Path:
+    """Several runs on one chart: evaluation return where a run has one, else training return."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+    for run_dir in run_dirs:
+        rows = read_progress(run_dir / "progress.csv")
+        evals = [r for r in rows if not math.isnan(r["eval_return_mean"])]
+        key, points = ("eval_return_mean", evals) if evals else ("return_mean", rows)
+        points = [r for r in points if not math.isnan(r[key])]
+        label = f"{_run_title(run_dir)} ({'evaluation' if evals else 'training'})"
+        line = ax.plot([r["timesteps"] for r in points], [r[key] for r in points], lw=2, label=label)[0]
+        if not evals and points:
+            ax.fill_between(
+                [r["timesteps"] for r in points],
+                [r["return_min"] for r in points],
+                [r["return_max"] for r in points],
+                alpha=0.12,
+                color=line.get_color(),
+            )
+    ax.set_xlabel("environment timesteps")
+    ax.set_ylabel("mean episode return")
+    ax.set_title(f"{len(run_dirs)} runs compared")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out_png)
+    plt.close(fig)
+    return out_png
+
+
+def report_runs(run_dirs: list[Path], out: Path | None = None) -> list[Path]:
+    """Redraw each run's reward curve; with several runs also a comparison PNG. Returns the PNGs."""
+    from rl_app.errors import UserError
+
+    for run_dir in run_dirs:
+        if not (run_dir / "progress.csv").is_file():
+            raise UserError(f"run '{run_dir}' has no progress.csv (not a run folder, or nothing trained yet)")
+    written = [
+        plot_reward_curve(run_dir / "progress.csv", run_dir / "reward_curve.png", _run_title(run_dir))
+        for run_dir in run_dirs
+    ]
+    if len(run_dirs) > 1:
+        written.append(plot_comparison(run_dirs, out or Path("comparison.png")))
+    for path in written:
+        print(f"wrote {path}")
+    return written

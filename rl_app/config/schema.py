@@ -158,7 +158,10 @@ class StopSection(Section):
 
 class CheckpointSection(Section):
     every: PositiveInt = Field(10, description="Checkpoint every N iterations.")
-    keep: PositiveInt = Field(3, description="Keep the last K checkpoints.")
+    keep: PositiveInt = Field(3, description="Keep the last K checkpoints, plus the best by return.")
+    replay_buffer: bool = Field(
+        True, description="Save the replay buffer with each checkpoint (off-policy algorithms)."
+    )
 
 
 class EvaluationSection(Section):
@@ -185,6 +188,9 @@ class Experiment(Section, Generic[T]):
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)  # type: ignore[arg-type]
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)  # type: ignore[arg-type]
     seed: NonNegativeInt | None = 0
+    storage: str | None = Field(
+        None, description="Mirror run folders to this local path or URI (s3://, gs://, ...)."
+    )
     extends: str | None = Field(None, description="Name of an experiment this one builds on.")
 
     @field_validator("env", mode="before")

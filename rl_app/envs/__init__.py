@@ -36,3 +36,15 @@ def make_env_creator(env_id: str) -> Callable[[dict[str, Any]], Any]:
     module_name, _, class_name = env_id.partition(":")
     env_class = getattr(importlib.import_module(module_name), class_name)
     return lambda env_config: env_class(**dict(env_config))
+
+
+def make_env(env_id: str, env_config: dict[str, Any], render_mode: str | None = None) -> Any:
+    """A single env outside RLlib (evaluation, video, serving)."""
+    kwargs = dict(env_config)
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if ":" in env_id:
+        return make_env_creator(env_id)(kwargs)
+    import gymnasium
+
+    return gymnasium.make(env_id, **kwargs)

@@ -1,0 +1,172 @@
+"""Evaluate a trained policy: N deterministic episodes, optionally in parallel and on video."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from rl_app.checkpoints import read_info, resolve_checkpoint
+from rl_app.runs import is_run_dir, open_run, write_json
+
+VIDEO_EPISODES = 3
+
+
+@dataclass
+class EpisodeResult:
+    seed: int
+    episode_return: float
+    length: int
+
+
+def run_episodes(
+    policy: Any, env_id: str, env_config: dict[str, Any], seeds: list[int], video_dir: str | None = None
+) -> list[EpisodeResult]:
+    """Play one episode per seed with ``policy``; record the first few to ``video_dir`` as mp4."""
+    import torch
+
+    from rl_app.envs import make_env
+
+    torch.set_num_threads(1)
+    env = make_env(env_id, env_config, render_mode="rgb_array" if video_dir else None)
+    if video_dir:
+        from gymnasium.wrappers import RecordVideo
+
+        env = RecordVideo(
+            env,
+            video_folder=video_dir,
+            name_prefix=f"seed{seeds[0]}",
+            episode_trigger=lambda index: index < VIDEO_EPISODES,
+            disable_logger=True,
+        )
+    results = []
+    try:
+        for seed in seeds:
+            obs, _ = env.reset(seed=seed)
+            total, length, done = 0.0, 0, False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
+                total += float(reward)
+                length += 1
+                done = terminated or truncated
+            results.append(EpisodeResult(seed, total, length))
+    finally:
+        env.close()
+    return results
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def _run_config(checkpoint: Path) -> tuple[Path | None, dict[str, Any]]:
+    """The run folder holding ``checkpoint`` and its env config (empty when standalone)."""
+    from rl_app.config.loader import read_yaml
+
+    run_dir = checkpoint.parent.parent
+    if not is_run_dir(run_dir):
+        return None, {}
+    experiment = read_yaml(run_dir / "experiment.yaml") if (run_dir / "experiment.yaml").is_file() else {}
+    env = experiment.get("env", {})
+    return run_dir, dict(env.get("config", {})) if isinstance(env, dict) else {}
+
+
+def locate_checkpoint(location: str, runs_root: Path) -> Path:
+    """A checkpoint from a run folder, a checkpoint folder, or a run's storage URI."""
+    if "://" in location:
+        run_dir, _ = open_run(location, runs_root)
+        return resolve_checkpoint(run_dir)
+    return resolve_checkpoint(Path(location))
+
+
+def evaluate(
+    location: str,
+    *,
+    episodes: int = 10,
+    workers: int = 1,
+    video: bool = False,
+    explore: bool = False,
+    seed: int = 1000,
+    runs_root: Path = Path("runs"),
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Evaluate the policy at ``location``; print and return the statistics, write ``eval.json``."""
+    from rl_app.policy import load_policy
+
+    console = console or Console()
+    checkpoint = locate_checkpoint(location, runs_root)
+    info = read_info(checkpoint)
+    run_dir, env_config = _run_config(checkpoint)
+    out_dir = run_dir or checkpoint
+    policy = load_policy(checkpoint, explore=explore)
+    seeds = list(range(seed, seed + episodes))
+    video_dir = str((out_dir / "videos" / checkpoint.name).resolve()) if video else None
+    workers = min(workers, episodes)
+    console.print(
+        f"Evaluating {checkpoint} ({info.algorithm} on {info.env}): {episodes} episodes, "
+        f"{'sampled' if explore else 'deterministic'} actions, {workers} worker(s)"
+    )
+    if workers == 1:
+        results = run_episodes(policy, info.env, env_config, seeds, video_dir)
+    else:
+        results = _run_in_parallel(policy, info.env, env_config, seeds, workers, video_dir)
+    returns = [r.episode_return for r in results]
+    lengths = [float(r.length) for r in results]
+    report: dict[str, Any] = {
+        "checkpoint": str(checkpoint),
+        "algorithm": info.algorithm,
+        "env": info.env,
+        "iteration": info.iteration,
+        "episodes": episodes,
+        "explore": explore,
+        "return": _stats(returns),
+        "episode_length": _stats(lengths),
+        "per_episode": [asdict(r) for r in results],
+        "videos": sorted(str(p) for p in Path(video_dir).glob("*.mp4")) if video_dir else [],
+        "evaluated_at": datetime.now(UTC).isoformat(),
+    }
+    write_json(out_dir / "eval.json", report)
+    r, n = report["return"], report["episode_length"]
+    console.print(
+        f"return {r['mean']:.1f} ± {r['std']:.1f} (min {r['min']:.1f}, max {r['max']:.1f}); "
+        f"episode length {n['mean']:.0f} (min {n['min']:.0f}, max {n['max']:.0f})"
+    )
+    console.print(f"Wrote {out_dir / 'eval.json'}" + (f" and videos in {video_dir}" if video_dir else ""))
+    if not all(math.isfinite(x) for x in returns):
+        console.print("[yellow]warning: some episode returns are not finite[/yellow]")
+    return report
+
+
+def _run_in_parallel(
+    policy: Any,
+    env_id: str,
+    env_config: dict[str, Any],
+    seeds: list[int],
+    workers: int,
+    video_dir: str | None,
+) -> list[EpisodeResult]:
+    """Split the seeds over Ray tasks; the policy goes into the object store once for all of them."""
+    import ray
+
+    from rl_app.ray_session import ray_session
+
+    with ray_session():
+        policy_ref = ray.put(policy)
+        task = ray.remote(num_cpus=1)(run_episodes)
+        shares = [seeds[i::workers] for i in range(workers)]
+        futures = [
+            task.remote(policy_ref, env_id, env_config, share, video_dir if i == 0 else None)
+            for i, share in enumerate(shares)
+        ]
+        results = [r for batch in ray.get(futures) for r in batch]
+    return sorted(results, key=lambda r: r.seed)

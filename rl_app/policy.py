@@ -1,0 +1,89 @@
+"""A trained policy as a plain ``torch.nn.Module``: observations in, env actions out.
+
+It applies the RLlib module and then what RLlib's default module-to-env
+connectors do, so it picks the actions RLlib's own deterministic evaluation
+picks: the greedy action for discrete spaces; for boxes, the distribution's
+deterministic value rescaled from [-1, 1] to the bounds and clipped
+(``normalize_actions=True``, RLlib's default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+class Policy(torch.nn.Module):
+    """``forward(obs_batch) -> action_batch``; traceable for TorchScript and ONNX when not exploring."""
+
+    def __init__(self, module: Any, explore: bool = False) -> None:
+        super().__init__()
+        self.module = module
+        self.explore = explore
+        self.action_space = module.action_space
+        self.observation_space = module.observation_space
+        self.dist_cls = (
+            module.get_exploration_action_dist_cls() if explore else module.get_inference_action_dist_cls()
+        )
+        space = self.action_space
+        self.rescale = (
+            isinstance(space, gym.spaces.Box)
+            and np.issubdtype(space.dtype, np.floating)
+            and bool(np.all(space.bounded_below) and np.all(space.bounded_above))
+        )
+        bounds = (space.low, space.high) if self.rescale else (None, None)
+        for name, value in zip(("low", "high"), bounds, strict=True):
+            self.register_buffer(name, None if value is None else torch.as_tensor(value, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.explore:
+            out = self.module.forward_exploration({"obs": obs})
+            action = self.dist_cls.from_logits(out["action_dist_inputs"]).sample()
+        else:
+            out = self.module.forward_inference({"obs": obs})
+            if "actions" in out:  # DQN's module picks the greedy action itself
+                action = out["actions"]
+            else:
+                action = self.dist_cls.from_logits(out["action_dist_inputs"]).to_deterministic().sample()
+        low, high = self.low, self.high
+        if isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):
+            action = low + (action + 1.0) * (high - low) / 2.0
+            action = torch.maximum(torch.minimum(action, high), low)
+        return action
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> Any:
+        """One env action for one observation."""
+        batch = torch.as_tensor(np.asarray(obs, dtype=np.float32)[None])
+        action = self(batch)[0].cpu().numpy()
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            return int(action)
+        return action.astype(self.action_space.dtype)
+
+
+def load_policy(checkpoint: Path, explore: bool = False) -> Policy:
+    """The policy of an rl_app checkpoint, in eval mode on the CPU."""
+    from rl_app.checkpoints import load_module
+
+    module = load_module(checkpoint)
+    module.eval()
+    return Policy(module, explore=explore).eval()
+
+
+def space_description(space: gym.Space) -> dict[str, Any]:
+    """A JSON description of a gymnasium space, enough to build inputs for an exported policy."""
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.Box):
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            "low": [float(v) if np.isfinite(v) else None for v in np.ravel(space.low)],
+            "high": [float(v) if np.isfinite(v) else None for v in np.ravel(space.high)],
+        }
+    return {"type": type(space).__name__, "repr": repr(space)}

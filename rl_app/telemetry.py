@@ -1,0 +1,116 @@
+"""What a run records besides returns: system usage per iteration and TensorBoard events."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+# Result keys that are bookkeeping, not metrics.
+_SKIPPED_RESULT_KEYS = {"config", "hostname", "node_ip", "pid", "date", "trial_id", "experiment_id"}
+
+
+class SystemMonitor:
+    """CPU% and memory of this process and its children (Ray's local workers), and GPU when present."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._process = psutil.Process(os.getpid())
+        self._gpu = _GpuReader.create()
+        self.sample()  # psutil's first cpu_percent() call only starts the clock
+
+    def _tree(self) -> list[Any]:
+        try:
+            return [self._process, *self._process.children(recursive=True)]
+        except self._psutil.Error:
+            return [self._process]
+
+    def sample(self) -> dict[str, float]:
+        cpu, rss = 0.0, 0
+        for proc in self._tree():
+            try:
+                cpu += proc.cpu_percent(None)
+                rss += proc.memory_info().rss
+            except self._psutil.Error:
+                continue
+        usage = {
+            "cpu_percent": cpu,
+            "memory_mb": rss / 2**20,
+            "system_memory_percent": float(self._psutil.virtual_memory().percent),
+            "gpu_util_percent": math.nan,
+            "gpu_memory_mb": math.nan,
+        }
+        if self._gpu is not None:
+            usage.update(self._gpu.read())
+        return usage
+
+
+class _GpuReader:
+    """nvidia-smi's numbers through NVML (``nvidia-ml-py``), else torch's memory counter."""
+
+    def __init__(self, nvml: Any, handle: Any) -> None:
+        self.nvml, self.handle = nvml, handle
+
+    @classmethod
+    def create(cls) -> _GpuReader | None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return None
+            return cls(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0))
+        except Exception:
+            pass
+        try:
+            import torch
+
+            return cls(None, None) if torch.cuda.is_available() else None
+        except ImportError:
+            return None
+
+    def read(self) -> dict[str, float]:
+        if self.nvml is None:
+            import torch
+
+            return {"gpu_memory_mb": torch.cuda.memory_allocated() / 2**20}
+        util = self.nvml.nvmlDeviceGetUtilizationRates(self.handle)
+        memory = self.nvml.nvmlDeviceGetMemoryInfo(self.handle)
+        return {"gpu_util_percent": float(util.gpu), "gpu_memory_mb": memory.used / 2**20}
+
+
+def flatten_numbers(result: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Every finite number in an RLlib result, keyed by its slash-joined path."""
+    flat: dict[str, float] = {}
+    for key, value in result.items():
+        if key in _SKIPPED_RESULT_KEYS:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_numbers(value, f"{name}/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            flat[name] = float(value)
+    return flat
+
+
+class TensorBoardLog:
+    """TensorBoard events in ``run_dir/tensorboard``: our summary metrics and all of RLlib's numbers."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(logdir=str(run_dir / "tensorboard"), flush_secs=10)
+
+    def log(self, step: int, ours: dict[str, float], result: dict[str, Any]) -> None:
+        for name, value in ours.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.writer.add_scalar(f"rl_app/{name}", value, step)
+        for name, value in flatten_numbers(result).items():
+            self.writer.add_scalar(name, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
