@@ -1,0 +1,203 @@
+"""Runs that survive: kill -9 and resume, config checks on resume, warm starts, bad run folders."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rl_app.checkpoints import MARKER, list_checkpoints, read_info
+from rl_app.errors import UserError
+from rl_app.train import train
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL_PPO = [
+    "training.train_batch_size_per_learner=400",
+    "training.minibatch_size=100",
+    "training.num_epochs=1",
+    "evaluation.interval=0",
+]
+pytestmark = pytest.mark.ray
+
+
+def iterations(run_dir: Path) -> list[int]:
+    with (run_dir / "progress.csv").open() as handle:
+        return [int(row["iteration"]) for row in csv.DictReader(handle)]
+
+
+def test_kill_9_then_resume_loses_at_most_one_checkpoint_interval(tmp_path: Path) -> None:
+    every = 3
+    command = [
+        sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
+        "--set", "stop.iterations=12", "--set", f"checkpoint.every={every}",
+        *[arg for item in SMALL_PPO for arg in ("--set", item)],
+    ]  # fmt: skip
+    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 180
+        run_dirs: list[Path] = []
+        while time.monotonic() < deadline:
+            run_dirs = [p.parent for p in tmp_path.glob("ppo_cartpole/*/progress.csv")]
+            if run_dirs and len(iterations(run_dirs[0])) >= every + 2:
+                break
+            assert process.poll() is None, process.communicate()[0]
+            time.sleep(0.2)
+        assert run_dirs, "training never reported an iteration"
+        os.killpg(process.pid, signal.SIGKILL)  # the driver and the Ray processes it started
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    run_dir = run_dirs[0]
+    done_before_kill = len(iterations(run_dir))
+    latest = list_checkpoints(run_dir)[-1]
+    assert done_before_kill - read_info(latest).iteration <= every
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "running"  # it never said goodbye
+
+    from rl_app.runs import run_status
+
+    assert run_status(run_dir) == "killed"
+    result = subprocess.run(
+        [sys.executable, "-m", "rl_app", "train", "--resume", str(run_dir), "--runs-dir", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Resumed from {latest.name}" in result.stdout
+    assert iterations(run_dir) == list(range(1, 13))  # appended, no duplicated or missing iteration
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["iterations"] == 12
+    assert run_status(run_dir) == "finished"
+    with (run_dir / "progress.csv").open() as handle:
+        timesteps = [int(row["timesteps"]) for row in csv.DictReader(handle)]
+    assert timesteps == sorted(timesteps) and len(set(timesteps)) == 12  # counters restored, not restarted
+
+
+@pytest.fixture(scope="module")
+def finished_run(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    os.environ["RL_APP_EXPERIMENTS_DIR"] = str(REPO / "experiments")
+    root = tmp_path_factory.mktemp("runs")
+    return train(
+        "ppo_cartpole", [*SMALL_PPO, "stop.iterations=2", "checkpoint.every=1"], runs_root=root
+    ).run_dir
+
+
+def test_resume_continues_counters_and_optimizer(finished_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "copy" / "ppo_cartpole" / finished_run.name
+    shutil.copytree(finished_run, run_dir)
+    before = read_info(list_checkpoints(run_dir)[-1])
+    summary = train(None, ["stop.iterations=4"], resume=str(run_dir), runs_root=tmp_path)
+    assert summary.status == "finished" and summary.iterations == 4
+    assert iterations(run_dir) == [1, 2, 3, 4]
+    assert summary.timesteps > before.timesteps
+
+
+def test_resume_refuses_a_changed_config_unless_forced(finished_run: Path, tmp_path: Path) -> None:
+    before = {p: p.read_bytes() for p in finished_run.rglob("*") if p.is_file()}
+    with pytest.raises(UserError, match=r"different config \(training.lr: .*--force-config"):
+        train(None, ["training.lr=0.01"], resume=str(finished_run), runs_root=tmp_path)
+    assert {p: p.read_bytes() for p in finished_run.rglob("*") if p.is_file()} == before
+
+
+def test_resume_refuses_a_checkpoint_of_another_algorithm(finished_run: Path, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="checkpoint .* is from PPO, not DQN"):
+        train("dqn_cartpole", [], resume=str(finished_run), force_config=True, runs_root=tmp_path)
+
+
+def test_warm_start_weights_reach_every_remote_env_runner_through_the_object_store(
+    finished_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The module is read from disk once on the driver; two remote env runners get identical weights."""
+    import numpy as np
+
+    import rl_app.checkpoints as checkpoints
+    from rl_app.config import load_experiment
+    from rl_app.resources import plan_resources
+    from rl_app.rllib_adapter import build_algorithm_config
+    from rl_app.train import warm_start
+
+    checkpoint = list_checkpoints(finished_run)[-1]
+    copy = tmp_path / checkpoint.name
+    shutil.copytree(checkpoint, copy)
+    reads: list[Path] = []
+    real_load = checkpoints.load_module
+
+    def counting_load(path: Path):  # type: ignore[no-untyped-def]
+        reads.append(path)
+        module = real_load(path)
+        shutil.rmtree(path)  # nobody can read the files after this: remote actors must use the object store
+        return module
+
+    monkeypatch.setattr(checkpoints, "load_module", counting_load)
+    loaded = load_experiment(
+        "ppo_cartpole", [*SMALL_PPO, "env_runners.num_env_runners=2", "env_runners.reserved_cpus=0"]
+    )
+    config = build_algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+    algo = config.build_algo()
+    try:
+        expected = {k: np.asarray(v) for k, v in real_load(checkpoint).get_state().items()}
+
+        def remote_states() -> list[dict[str, np.ndarray]]:
+            states = algo.env_runner_group.foreach_env_runner(
+                lambda runner: runner.module.get_state(), local_env_runner=False
+            )
+            return [{k: np.asarray(v) for k, v in s.items() if k in expected} for s in states]
+
+        fresh = remote_states()
+        assert any(not np.array_equal(fresh[0][k], expected[k]) for k in fresh[0])
+        warm_start(algo, copy)
+        assert reads == [copy] and not copy.exists()
+        states = remote_states()
+        assert len(states) == 2 and all(states)
+        for state in states:
+            for name, value in state.items():
+                np.testing.assert_array_equal(value, expected[name])
+    finally:
+        algo.stop()
+
+
+def test_init_from_starts_a_new_run_from_weights(finished_run: Path, tmp_path: Path) -> None:
+    summary = train(
+        "ppo_cartpole", [*SMALL_PPO, "stop.iterations=1"], init_from=str(finished_run), runs_root=tmp_path
+    )
+    assert summary.status == "finished" and summary.run_dir != finished_run
+    assert iterations(summary.run_dir) == [1]  # counters start fresh, weights do not
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("missing", "does not exist"),
+        ("no_marker", "no complete checkpoint"),
+        ("truncated", "corrupt or truncated"),
+    ],
+)
+def test_damaged_runs_are_refused_with_one_line(
+    finished_run: Path, tmp_path: Path, damage: str, message: str
+) -> None:
+    run_dir = tmp_path / "ppo_cartpole" / "damaged"
+    shutil.copytree(finished_run, run_dir)
+    if damage == "missing":
+        shutil.rmtree(run_dir)
+    for checkpoint in list_checkpoints(run_dir):
+        if damage == "no_marker":
+            (checkpoint / MARKER).unlink()
+        if damage == "truncated":
+            state = checkpoint / "learner_group" / "learner" / "state.pkl"
+            state.write_bytes(state.read_bytes()[:100])
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} if run_dir.exists() else {}
+    with pytest.raises(UserError, match=message) as caught:
+        train(None, ["stop.iterations=3"], resume=str(run_dir), runs_root=tmp_path)
+    assert "\n" not in str(caught.value)
+    if run_dir.exists() and damage != "truncated":
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
