@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ def run_episodes(
     from rl_app.envs import make_env
 
     torch.set_num_threads(1)
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render offscreen: no display needed
     env = make_env(env_id, env_config, render_mode="rgb_array" if video_dir else None)
     if video_dir:
         from gymnasium.wrappers import RecordVideo

@@ -63,6 +63,7 @@ def export_policy(
                     output_names=["action"],
                     dynamic_shapes={"obs": {0: torch.export.Dim("batch", min=1)}},
                     dynamo=True,
+                    external_data=False,  # one self-contained file
                     verbose=False,
                 )
         shutil.move(str(staged), target)

@@ -71,7 +71,9 @@ def load_policy(checkpoint: Path, explore: bool = False) -> Policy:
 
     module = load_module(checkpoint)
     module.eval()
-    return Policy(module, explore=explore).eval()
+    policy = Policy(module, explore=explore).eval()
+    policy.requires_grad_(False)  # an inference artifact: exported outputs need no autograd
+    return policy
 
 
 def space_description(space: gym.Space) -> dict[str, Any]:

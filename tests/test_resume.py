@@ -110,7 +110,7 @@ def test_resume_refuses_a_changed_config_unless_forced(finished_run: Path, tmp_p
 
 
 def test_resume_refuses_a_checkpoint_of_another_algorithm(finished_run: Path, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="checkpoint .* is from PPO, not DQN"):
+    with pytest.raises(UserError, match=r"checkpoint .* is from PPO, not DQN"):
         train("dqn_cartpole", [], resume=str(finished_run), force_config=True, runs_root=tmp_path)
 
 

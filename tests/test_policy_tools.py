@@ -1,0 +1,149 @@
+"""Evaluate, export, report and runs on real (tiny) checkpoints of each algorithm."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rl_app.checkpoints import list_checkpoints
+from rl_app.errors import UserError
+from rl_app.train import train
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.ray
+TINY = {
+    "ppo_cartpole": ["training.train_batch_size_per_learner=400", "training.minibatch_size=100"],
+    "dqn_cartpole": [],
+    "sac_pendulum": [],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    os.environ["RL_APP_EXPERIMENTS_DIR"] = str(REPO / "experiments")
+    root = tmp_path_factory.mktemp("runs")
+    return {
+        name: train(name, [*extra, "stop.iterations=2", "evaluation.interval=0"], runs_root=root).run_dir
+        for name, extra in TINY.items()
+    }
+
+
+def rllib_actions(checkpoint: Path, obs: np.ndarray) -> np.ndarray:
+    """What RLlib's own env-runner pipeline picks, deterministically, for these observations."""
+    import torch
+    from ray.rllib.core.rl_module.rl_module import RLModule
+    from ray.rllib.utils.spaces.space_utils import unsquash_action
+
+    module = RLModule.from_checkpoint(str(checkpoint / "learner_group/learner/rl_module/default_policy"))
+    with torch.no_grad():
+        out = module.forward_inference({"obs": torch.as_tensor(obs)})
+        if "actions" in out:
+            return out["actions"].numpy()
+        dist = module.get_inference_action_dist_cls().from_logits(out["action_dist_inputs"])
+        actions = dist.to_deterministic().sample().numpy()
+    return unsquash_action(actions, module.action_space) if actions.dtype.kind == "f" else actions
+
+
+@pytest.mark.parametrize("name", list(TINY))
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_exported_policy_acts_like_rllib_without_ray(runs: dict[str, Path], name: str, fmt: str) -> None:
+    from rl_app.export import export_policy
+
+    run_dir = runs[name]
+    out = run_dir / f"export-{fmt}"
+    target = export_policy(str(run_dir), fmt, out)
+    spec = json.loads((out / "policy.json").read_text())
+    assert spec["file"] == target.name and spec["env"] in ("CartPole-v1", "Pendulum-v1")
+    rng = np.random.default_rng(0)
+    shape = spec["observation_space"]["shape"]
+    obs = rng.uniform(-1, 1, size=(64, *shape)).astype(np.float32)
+    np.save(out / "obs.npy", obs)
+    # A fresh interpreter that never imports Ray or RLlib loads and runs the file.
+    loader = {
+        "torchscript": "import torch; p = torch.jit.load(sys.argv[1]); a = p(torch.as_tensor(obs)).numpy()",
+        "onnx": "import onnxruntime as ort; a = ort.InferenceSession(sys.argv[1]).run(None, {'obs': obs})[0]",
+    }[fmt]
+    script = (
+        f"import sys, numpy as np; obs = np.load(sys.argv[2]); {loader}; np.save(sys.argv[3], a); "
+        "assert 'ray' not in sys.modules, 'ray was imported'"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script, str(target), str(out / "obs.npy"), str(out / "actions.npy")],
+        check=True,
+    )
+    exported = np.load(out / "actions.npy")
+    expected = rllib_actions(list_checkpoints(run_dir)[-1], obs)
+    if spec["action_space"]["type"] == "Discrete":
+        np.testing.assert_array_equal(exported, expected)
+    else:
+        np.testing.assert_allclose(exported, expected, atol=1e-5)
+
+
+def test_evaluate_writes_statistics_and_parallel_matches_serial(runs: dict[str, Path]) -> None:
+    from rl_app.evaluate import evaluate
+
+    run_dir = runs["ppo_cartpole"]
+    serial = evaluate(str(run_dir), episodes=4, workers=1)
+    parallel = evaluate(str(run_dir), episodes=4, workers=2)
+    saved = json.loads((run_dir / "eval.json").read_text())
+    assert saved["episodes"] == 4 and len(saved["per_episode"]) == 4
+    assert serial["per_episode"] == parallel["per_episode"]  # same seeds, same deterministic policy
+    returns = [e["episode_return"] for e in serial["per_episode"]]
+    assert serial["return"]["mean"] == pytest.approx(np.mean(returns))
+    assert serial["return"]["min"] == min(returns) and serial["return"]["max"] == max(returns)
+
+
+def test_evaluate_records_video(runs: dict[str, Path]) -> None:
+    from rl_app.evaluate import evaluate
+
+    report = evaluate(str(runs["sac_pendulum"]), episodes=2, video=True)
+    assert len(report["videos"]) == 2
+    assert all(Path(v).stat().st_size > 1000 for v in report["videos"])
+
+
+def test_tensorboard_and_system_usage_are_recorded(runs: dict[str, Path]) -> None:
+    import csv
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = runs["dqn_cartpole"]
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"rl_app/return_mean", "rl_app/steps_per_s", "rl_app/cpu_percent"} <= tags
+    assert any(t.startswith("learners/default_policy/") and "loss" in t for t in tags), sorted(tags)[:20]
+    with (run_dir / "progress.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert all(float(r["memory_mb"]) > 50 and float(r["cpu_percent"]) >= 0 for r in rows)
+
+
+def test_report_compares_runs_and_runs_lists_them(runs: dict[str, Path], tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from rl_app.commands import list_runs
+    from rl_app.report import report_runs
+
+    pngs = report_runs([runs["ppo_cartpole"], runs["dqn_cartpole"]], tmp_path / "compare.png")
+    assert len(pngs) == 3 and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    console = Console(record=True, width=200)
+    list_runs(runs["ppo_cartpole"].parents[1], console)
+    text = console.export_text()
+    for name in TINY:
+        assert name in text
+    assert text.count("finished") == 3
+
+
+def test_missing_runs_are_one_line_errors(tmp_path: Path) -> None:
+    from rl_app.evaluate import evaluate
+    from rl_app.report import report_runs
+
+    with pytest.raises(UserError, match="does not exist"):
+        evaluate(str(tmp_path / "nope"))
+    with pytest.raises(UserError, match="no progress.csv"):
+        report_runs([tmp_path])
