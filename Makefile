@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: help setup train show list lint format test test-fast clean-env
+.PHONY: help setup train resume eval export runs report tensorboard show list lint format test test-fast bench-learning clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -43,6 +43,27 @@ endif
 train: setup ## train EXP (ARGS passes --set overrides etc.)
 	$(BIN)/rl_app train $(EXP) $(ARGS)
 
+resume: setup ## continue run RUN=runs/<exp>/<stamp> (or a storage URI) from its latest checkpoint
+	@[ -n "$(RUN)" ] || { echo "make resume: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
+	$(BIN)/rl_app train --resume $(RUN) $(ARGS)
+
+eval: setup ## evaluate RUN deterministically (EPISODES=10, VIDEO=1 records mp4s)
+	@[ -n "$(RUN)" ] || { echo "make eval: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
+	$(BIN)/rl_app evaluate $(RUN) --episodes $(or $(EPISODES),10) $(if $(VIDEO),--video) $(ARGS)
+
+export: setup ## export RUN's policy (FORMAT=torchscript|onnx)
+	@[ -n "$(RUN)" ] || { echo "make export: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
+	$(BIN)/rl_app export $(RUN) --format $(or $(FORMAT),torchscript) $(ARGS)
+
+runs: setup ## list runs with status, best return and last checkpoint
+	@$(BIN)/rl_app runs $(ARGS)
+
+report: setup ## reward curves of RUN (several: RUN="a b" adds comparison.png)
+	$(BIN)/rl_app report $(RUN) $(ARGS)
+
+tensorboard: setup ## serve TensorBoard for runs/ on 127.0.0.1:6006
+	$(BIN)/tensorboard --logdir runs --host 127.0.0.1 --port $(or $(PORT),6006)
+
 show: setup ## print EXP's fully resolved config
 	$(BIN)/rl_app show $(EXP) $(ARGS)
 
@@ -64,6 +85,9 @@ test: setup ## the full test suite, learning tests included
 
 test-fast: setup ## everything but the slow learning tests
 	$(BIN)/python -m pytest tests -m "not slow"
+
+bench-learning: setup ## train every shipped experiment as shipped and check its target return
+	$(BIN)/python bench/learning.py $(EXPS)
 
 clean-env: ## remove the environment
 	rm -rf .venv .conda-env

@@ -54,7 +54,17 @@ def _explain(exc: BaseException) -> str:
     lowered = text.lower()
     if "curlcode: 7" in lowered or "could not connect" in lowered or "couldn't connect" in lowered:
         return "endpoint unreachable (" + text.split("Details:")[-1].strip() + ")"
-    if any(word in lowered for word in ("accessdenied", "access denied", "invalidaccesskeyid", "signature")):
+    if any(
+        word in lowered
+        for word in (
+            "accessdenied",
+            "access_denied",
+            "access denied",
+            "invalidaccesskeyid",
+            "signature",
+            "forbidden",
+        )
+    ):
         return "credentials refused (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
     return text
 

@@ -2,6 +2,8 @@
 
 Each test trains the experiment exactly as shipped (its own budget), with deterministic
 evaluation every few iterations, and asserts the evaluation return against the target.
+dqn_cartpole needs about 11 minutes on 2 cores, more than the suite's budget allows:
+its proof is ``make bench-learning`` (bench/learning.py), with the same check.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from rl_app.train import train
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 
-@pytest.mark.parametrize("name", ["ppo_cartpole", "dqn_cartpole", "sac_pendulum"])
+@pytest.mark.parametrize("name", ["ppo_cartpole", "sac_pendulum"])
 def test_shipped_experiment_reaches_its_return(
     name: str, shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

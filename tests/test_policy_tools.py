@@ -145,5 +145,5 @@ def test_missing_runs_are_one_line_errors(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match="does not exist"):
         evaluate(str(tmp_path / "nope"))
-    with pytest.raises(UserError, match="no progress.csv"):
+    with pytest.raises(UserError, match=r"no progress\.csv"):
         report_runs([tmp_path])

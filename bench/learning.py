@@ -1,0 +1,54 @@
+"""Learning proof for the experiments too slow for the test suite: train as shipped, check the target.
+
+    python bench/learning.py [EXP ...]      (default: every shipped experiment)
+
+Writes bench/results/learning-<date>.json and exits 1 if an experiment misses its target.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+from rl_app.config import available_experiments, load_experiment
+from rl_app.train import train
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main(names: list[str]) -> int:
+    names = names or available_experiments()
+    figures, missed = {}, []
+    with tempfile.TemporaryDirectory() as runs_root:
+        for name in names:
+            experiment = load_experiment(name).config
+            summary = train(name, runs_root=Path(runs_root))
+            target = experiment.stop.return_
+            figures[name] = {
+                "target": target,
+                "best_eval_return": summary.best_eval_return,
+                "timesteps": summary.timesteps,
+                "budget": experiment.stop.timesteps,
+                "iterations": summary.iterations,
+                "wall_s": round(summary.elapsed_s, 1),
+                "reached": target is not None and summary.best_eval_return >= target,
+            }
+            if not figures[name]["reached"]:
+                missed.append(name)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"learning-{date.today().isoformat()}.json"
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    for name, row in figures.items():
+        print(
+            f"{name:16s} eval {row['best_eval_return']:8.1f} / target {row['target']:g}  "
+            f"{row['timesteps']:>9,} steps  {row['wall_s']:7.1f} s  {'ok' if row['reached'] else 'MISSED'}"
+        )
+    print(f"wrote {out}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,139 @@
+"""Run folders on S3 through pyarrow.fs, against a real S3-compatible server on 127.0.0.1 (moto)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rl_app.errors import UserError
+from rl_app.storage import StorageError, list_dirs, open_storage
+from rl_app.train import train
+
+REPO = Path(__file__).resolve().parents[1]
+BUCKET = "rl-app-test"
+SMALL_PPO = [
+    "training.train_batch_size_per_learner=400",
+    "training.minibatch_size=100",
+    "training.num_epochs=1",
+    "evaluation.interval=0",
+]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[dict[str, str]]:
+    """moto in server mode on loopback, with IAM authentication on: wrong keys are refused."""
+    import boto3
+    from moto import settings as moto_settings
+    from moto.core.responses import ActionAuthenticatorMixin
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    try:
+        # Authenticate every request after the first few, which create the user and its key.
+        # (The server runs in this process, so its settings are set directly.)
+        moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = 3
+        ActionAuthenticatorMixin.request_count = 0
+        admin = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+        admin_keys = {"aws_access_key_id": "admin", "aws_secret_access_key": "admin"}
+        iam = boto3.client("iam", **admin, **admin_keys)
+        iam.create_user(UserName="trainer")
+        iam.put_user_policy(
+            UserName="trainer",
+            PolicyName="all",
+            PolicyDocument='{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}',
+        )
+        key = iam.create_access_key(UserName="trainer")["AccessKey"]
+        credentials = {
+            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
+        }
+        boto3.client(
+            "s3",
+            **admin,
+            aws_access_key_id=credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
+        ).create_bucket(Bucket=BUCKET)
+        yield credentials
+    finally:
+        server.stop()
+        moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+
+
+@pytest.fixture
+def aws(s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name, value in s3.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("RL_APP_EXPERIMENTS_DIR", str(REPO / "experiments"))
+    return s3
+
+
+@pytest.mark.ray
+def test_train_to_s3_then_resume_on_an_empty_disk(
+    aws: dict[str, str], ray_session: None, tmp_path: Path
+) -> None:
+    uri = f"s3://{BUCKET}/team/runs"
+    first = train(
+        "ppo_cartpole",
+        [*SMALL_PPO, "stop.iterations=2", "checkpoint.every=1"],
+        storage=uri,
+        runs_root=tmp_path / "laptop",
+    )
+    storage = open_storage(uri)
+    assert list_dirs(storage, "ppo_cartpole") == [first.run_dir.name]
+    assert list_dirs(storage, "ppo_cartpole", first.run_dir.name, "checkpoints") == [
+        "iter_000001",
+        "iter_000002",
+    ]
+    shutil.rmtree(tmp_path / "laptop")  # the machine is gone
+
+    run_uri = f"{uri}/ppo_cartpole/{first.run_dir.name}"
+    resumed = train(None, ["stop.iterations=3"], resume=run_uri, runs_root=tmp_path / "other")
+    assert resumed.status == "finished" and resumed.iterations == 3
+    assert resumed.run_dir == tmp_path / "other" / "ppo_cartpole" / first.run_dir.name
+    remote = list_dirs(storage, "ppo_cartpole", first.run_dir.name, "checkpoints")
+    assert "iter_000003" in remote
+
+    from rl_app.evaluate import evaluate
+
+    report = evaluate(run_uri, episodes=2, runs_root=tmp_path / "third")
+    assert report["iteration"] == 3
+
+
+def test_wrong_credentials_are_refused(aws: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(StorageError, match="credentials refused"):
+        open_storage(f"s3://{BUCKET}/runs")
+
+
+def test_missing_bucket_is_refused(aws: dict[str, str]) -> None:
+    with pytest.raises(StorageError, match="bucket 'no-such-bucket' does not exist"):
+        open_storage("s3://no-such-bucket/runs")
+
+
+def test_unreachable_endpoint_fails_fast(aws: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # discard port: nothing listens
+    with pytest.raises(StorageError, match="unreachable"):
+        open_storage(f"s3://{BUCKET}/runs")
+
+
+def test_unknown_scheme_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RL_APP_EXPERIMENTS_DIR", str(REPO / "experiments"))
+    with pytest.raises(UserError, match=r"unknown scheme 'ftp://' \(allowed: a local path"):
+        train("ppo_cartpole", ["stop.iterations=1"], storage="ftp://host/runs", runs_root=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_local_storage_path_mirrors_the_run(tmp_path: Path) -> None:
+    storage = open_storage(str(tmp_path / "mirror"))
+    assert storage.is_local and storage.root == str((tmp_path / "mirror").resolve())
