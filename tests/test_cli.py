@@ -48,5 +48,5 @@ def test_show_resolves_defaults_yaml_and_overrides(shipped: Path, capsys: pytest
     assert resolved["training"]["num_epochs"] == 6  # from the YAML
     assert resolved["training"]["clip_param"] == pytest.approx(0.3)  # RLlib's default
     assert resolved["model"]["fcnet_hiddens"] == [32]
-    assert resolved["checkpoint"] == {"every": 10, "keep": 3}  # schema default
+    assert resolved["checkpoint"] == {"every": 10, "keep": 3, "replay_buffer": True}  # schema default
     assert "# resources on this machine:" in out
