@@ -201,3 +201,30 @@ def test_damaged_runs_are_refused_with_one_line(
     assert "\n" not in str(caught.value)
     if run_dir.exists() and damage != "truncated":
         assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--resume", "no/such/run"], "run 'no/such/run' does not exist"),
+        (["evaluate", "no/such/run"], "'no/such/run' does not exist"),
+        (["export", "no/such/run", "--format", "onnx"], "'no/such/run' does not exist"),
+        (["train", "ppo_cartpole", "--storage", "ftp://host/x"], "unknown scheme 'ftp://'"),
+        (["train", "ppo_cartpole", "--init-from", "no/such/run"], "'no/such/run' does not exist"),
+        (["export", "x", "--format", "pickle"], "invalid choice: 'pickle'"),
+        (["runs", "--runs-dir", "no/such/folder"], "runs folder 'no/such/folder' does not exist"),
+    ],
+)
+def test_bad_run_inputs_are_one_line_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+    result = subprocess.run(
+        [sys.executable, "-m", "rl_app", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
