@@ -79,7 +79,14 @@ def plot_comparison(run_dirs: list[Path], out_png: Path) -> Path:
         key, points = ("eval_return_mean", evals) if evals else ("return_mean", rows)
         points = [r for r in points if not math.isnan(r[key])]
         label = f"{_run_title(run_dir)} ({'evaluation' if evals else 'training'})"
-        line = ax.plot([r["timesteps"] for r in points], [r[key] for r in points], lw=2, label=label)[0]
+        line = ax.plot(
+            [r["timesteps"] for r in points],
+            [r[key] for r in points],
+            lw=2,
+            marker="o" if evals else None,  # evaluations are sparse: show each one
+            ms=5,
+            label=label,
+        )[0]
         if not evals and points:
             ax.fill_between(
                 [r["timesteps"] for r in points],
