@@ -228,3 +228,27 @@ def test_bad_run_inputs_are_one_line_exit_2(args: list[str], message: str, tmp_p
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) -> None:
+    from rl_app.checkpoints import REPLAY_BUFFER, restore_algorithm
+    from rl_app.config import load_experiment
+    from rl_app.resources import plan_resources
+    from rl_app.rllib_adapter import build_algorithm_config
+
+    os.environ["RL_APP_EXPERIMENTS_DIR"] = str(REPO / "experiments")
+    overrides = ["stop.iterations=2", "evaluation.interval=0"]
+    summary = train("dqn_cartpole", overrides, runs_root=tmp_path)
+    checkpoint = list_checkpoints(summary.run_dir)[-1]
+    assert (checkpoint / REPLAY_BUFFER).stat().st_size > 1000
+    loaded = load_experiment("dqn_cartpole", overrides)
+    algo = build_algorithm_config(
+        loaded.config, plan_resources(loaded.config, 2, 0), loaded.source
+    ).build_algo()
+    try:
+        assert algo.local_replay_buffer.get_num_timesteps() == 0
+        restore_algorithm(algo, checkpoint)
+        assert algo.local_replay_buffer.get_num_timesteps() > 0
+        assert algo.training_iteration == read_info(checkpoint).iteration
+    finally:
+        algo.stop()
