@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_app.errors import UserError
+from rl_app.errors import UserError, first_line
 
 CHECKPOINT_NAME = re.compile(r"^iter_(\d{6,})$")
 MARKER = "rl_app_checkpoint.json"
@@ -197,5 +197,4 @@ def load_module(checkpoint: Path) -> Any:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else "no details"
+    return first_line(exc, default="no details")[:300]

@@ -18,3 +18,14 @@ class ConfigError(UserError):
         self.message = message
         where = f"{source}: {key}" if key else source
         super().__init__(f"{where}: {message}")
+
+
+def first_line(exc: BaseException, default: str | None = None) -> str:
+    """The first line of an exception's message (libraries' messages run to many lines).
+
+    An empty message gives ``default``, or the exception's class name when none is given.
+    """
+    text = str(exc).strip()
+    if text:
+        return text.splitlines()[0]
+    return type(exc).__name__ if default is None else default

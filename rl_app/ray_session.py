@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from rl_app.errors import UserError
+from rl_app.errors import UserError, first_line
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,9 @@ def ray_session(address: str | None = None, verbose: bool = False) -> Iterator[C
                     logging_level=logging.WARNING if verbose else logging.ERROR,
                 )
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                raise UserError(f"cannot connect to Ray at {address}: {first_line}") from None
+                raise UserError(
+                    f"cannot connect to Ray at {address}: {first_line(exc, default='')}"
+                ) from None
         else:
             ray.init(
                 num_cpus=local_cpu_count(),

@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from rl_app.algorithms import ALGORITHMS, AlgorithmSpec
-from rl_app.errors import ConfigError
+from rl_app.errors import ConfigError, first_line
 from rl_app.resources import ResourcePlan
 
 
@@ -84,8 +84,7 @@ def build_algorithm_config(experiment: Any, plan: ResourcePlan, source: str) -> 
     try:
         config.validate()
     except (ValueError, TypeError, KeyError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(source, f"RLlib rejected the config: {first_line}") from None
+        raise ConfigError(source, f"RLlib rejected the config: {first_line(exc)}") from None
     return config
 
 

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from rl_app.errors import UserError
+from rl_app.errors import UserError, first_line
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "abfs", "abfss")
 ALLOWED = "a local path, file://, " + ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
@@ -50,7 +50,7 @@ def is_uri(text: str) -> bool:
 
 
 def _explain(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = first_line(exc)
     lowered = text.lower()
     if "curlcode: 7" in lowered or "could not connect" in lowered or "couldn't connect" in lowered:
         return "endpoint unreachable (" + text.split("Details:")[-1].strip() + ")"

@@ -27,7 +27,7 @@ from rl_app.checkpoints import (
 )
 from rl_app.config import load_experiment
 from rl_app.config.loader import apply_overrides, read_yaml, validate_experiment
-from rl_app.errors import UserError
+from rl_app.errors import UserError, first_line
 from rl_app.progress import CSV_FIELDS, IterationMetrics, ProgressPrinter
 from rl_app.runs import (
     RunMirror,
@@ -264,9 +264,7 @@ class TrainingRun:
             except (KeyboardInterrupt, Interrupted) as exc:
                 status, reason = "interrupted", f"interrupted ({exc or 'SIGINT'})"
             except Exception as exc:
-                reason = (
-                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-                )
+                reason = f"{type(exc).__name__}: {first_line(exc, default='')}"
                 raise
             finally:
                 if metrics is not None:
@@ -412,7 +410,7 @@ def warm_start(algo: Any, checkpoint: Path) -> None:
     except (RuntimeError, ValueError, KeyError) as exc:
         raise CheckpointError(
             f"cannot load '{checkpoint}' into this experiment's model (different model config?): "
-            f"{str(exc).strip().splitlines()[0]}"
+            f"{first_line(exc)}"
         ) from None
 
 
