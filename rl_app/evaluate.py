@@ -12,8 +12,8 @@ from typing import Any
 
 from rich.console import Console
 
-from rl_app.checkpoints import read_info, resolve_checkpoint
-from rl_app.runs import is_run_dir, open_run, write_json
+from rl_app.checkpoints import read_info
+from rl_app.runs import is_run_dir, locate_checkpoint, write_json
 
 VIDEO_EPISODES = 3
 
@@ -81,14 +81,6 @@ def _run_config(checkpoint: Path) -> tuple[Path | None, dict[str, Any]]:
     experiment = read_yaml(run_dir / "experiment.yaml") if (run_dir / "experiment.yaml").is_file() else {}
     env = experiment.get("env", {})
     return run_dir, dict(env.get("config", {})) if isinstance(env, dict) else {}
-
-
-def locate_checkpoint(location: str, runs_root: Path) -> Path:
-    """A checkpoint from a run folder, a checkpoint folder, or a run's storage URI."""
-    if "://" in location:
-        run_dir, _ = open_run(location, runs_root)
-        return resolve_checkpoint(run_dir)
-    return resolve_checkpoint(Path(location))
 
 
 def evaluate(

@@ -11,8 +11,7 @@ from rich.console import Console
 
 from rl_app.checkpoints import read_info
 from rl_app.errors import UserError
-from rl_app.evaluate import locate_checkpoint
-from rl_app.runs import write_json
+from rl_app.runs import locate_checkpoint, write_json
 
 FILENAMES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 

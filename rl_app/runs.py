@@ -14,7 +14,7 @@ import os
 import platform
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -108,10 +108,17 @@ def write_run_metadata(
     )
 
 
+def experiment_dict(experiment: Any) -> dict[str, Any]:
+    """The validated experiment as plain data: what ``experiment.yaml`` holds and resume compares."""
+    data: dict[str, Any] = experiment.model_dump(
+        mode="json", by_alias=True, exclude_none=True, exclude={"extends"}
+    )
+    return data
+
+
 def write_experiment(run_dir: Path, experiment: Any) -> None:
     """The validated experiment, as resume reloads it."""
-    data = experiment.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"extends"})
-    (run_dir / "experiment.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (run_dir / "experiment.yaml").write_text(yaml.safe_dump(experiment_dict(experiment), sort_keys=False))
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -178,7 +185,6 @@ class RunRow:
     timesteps: int = 0
     best_return: float = math.nan
     last_checkpoint: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def find_runs(runs_root: Path) -> list[RunRow]:
@@ -265,6 +271,17 @@ class RunMirror:
             if is_complete(target) or not exists(self.storage, *self.parts, "checkpoints", name, MARKER):
                 continue
             download(self.storage, target, *self.parts, "checkpoints", name)
+
+
+def locate_checkpoint(location: str, runs_root: Path) -> Path:
+    """A checkpoint from a run folder, a checkpoint folder, or a run's storage URI."""
+    from rl_app.checkpoints import resolve_checkpoint
+    from rl_app.storage import is_uri
+
+    if is_uri(location):
+        run_dir, _ = open_run(location, runs_root)
+        return resolve_checkpoint(run_dir)
+    return resolve_checkpoint(Path(location))
 
 
 def open_run(location: str, runs_root: Path) -> tuple[Path, RunMirror | None]:

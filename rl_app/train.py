@@ -22,7 +22,6 @@ from rl_app.checkpoints import (
     CheckpointInfo,
     latest_checkpoint,
     read_info,
-    resolve_checkpoint,
     save_checkpoint,
 )
 from rl_app.config import load_experiment
@@ -31,6 +30,8 @@ from rl_app.errors import UserError, first_line
 from rl_app.progress import CSV_FIELDS, IterationMetrics, ProgressPrinter
 from rl_app.runs import (
     RunMirror,
+    experiment_dict,
+    locate_checkpoint,
     new_run_dir,
     open_run,
     read_json,
@@ -267,7 +268,8 @@ class TrainingRun:
                 reason = f"{type(exc).__name__}: {first_line(exc, default='')}"
                 raise
             finally:
-                if metrics is not None:
+                # The final checkpoint, unless this iteration was just saved (and uploaded) above.
+                if metrics is not None and metrics.iteration % self.experiment.checkpoint.every != 0:
                     last_checkpoint = self._checkpoint(metrics)
                 tensorboard.close()
                 summary = RunSummary(
@@ -313,13 +315,6 @@ def _differences(saved: dict[str, Any], new: dict[str, Any], prefix: str = "") -
     return found
 
 
-def _dump(experiment: Any) -> dict[str, Any]:
-    dumped: dict[str, Any] = experiment.model_dump(
-        mode="json", by_alias=True, exclude_none=True, exclude={"extends"}
-    )
-    return dumped
-
-
 @dataclass
 class Plan:
     """What ``train`` will do, all checked before anything is written."""
@@ -342,7 +337,8 @@ def plan_resume(
     run_dir, mirror = open_run(location, runs_root)
     meta = read_json(run_dir / "metadata.json")
     saved_file = run_dir / "experiment.yaml"
-    saved = validate_experiment(read_yaml(saved_file), str(saved_file))
+    saved_data = read_yaml(saved_file)
+    saved = validate_experiment(saved_data, str(saved_file))
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise CheckpointError(f"run '{location}' has no complete checkpoint to resume from")
@@ -352,7 +348,7 @@ def plan_resume(
         loaded = load_experiment(name, overrides)
         candidate, source, experiment_file = loaded.config, loaded.source, loaded.path
     else:
-        data = apply_overrides(read_yaml(saved_file), overrides)
+        data = apply_overrides(saved_data, overrides)
         candidate, source = validate_experiment(data, str(saved_file), overrides), str(saved_file)
         experiment_file = Path(str(meta.get("experiment_file", saved_file)))
     if candidate.algorithm != info.algorithm:
@@ -360,7 +356,7 @@ def plan_resume(
             f"checkpoint '{checkpoint}' is from {info.algorithm}, not {candidate.algorithm}; "
             "a checkpoint restores only into the algorithm that wrote it"
         )
-    changed = _differences(_dump(saved), _dump(candidate))
+    changed = _differences(experiment_dict(saved), experiment_dict(candidate))
     if changed and not force_config:
         raise UserError(
             f"run '{location}' was trained with a different config ({'; '.join(changed[:3])}"
@@ -383,8 +379,7 @@ def plan_new_run(name: str, overrides: tuple[str, ...], init_from: str | None, r
     experiment = loaded.config
     plan = Plan(name, experiment, loaded.source, loaded.path, loaded.overrides)
     if init_from is not None:
-        source_dir, _ = open_run(init_from, runs_root) if "://" in init_from else (Path(init_from), None)
-        checkpoint = resolve_checkpoint(source_dir)
+        checkpoint = locate_checkpoint(init_from, runs_root)
         info = read_info(checkpoint)
         if (info.algorithm, info.env) != (experiment.algorithm, experiment.env.id):
             raise CheckpointError(
