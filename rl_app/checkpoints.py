@@ -112,6 +112,20 @@ def checkpoints_to_keep(infos: dict[str, CheckpointInfo], keep: int) -> set[str]
     return kept
 
 
+def write_checkpoint(
+    algo: Any, folder: Path, info: CheckpointInfo, extra: Callable[[Path], None] | None = None
+) -> None:
+    """Write RLlib's checkpoint of ``algo``, the replay buffer, ``extra``'s files, and the marker last."""
+    algo.save_to_path(str(folder.resolve()))
+    buffer = getattr(algo, "local_replay_buffer", None)
+    if info.replay_buffer and buffer is not None:
+        with (folder / REPLAY_BUFFER).open("wb") as handle:
+            pickle.dump(buffer.get_state(), handle, protocol=pickle.HIGHEST_PROTOCOL)
+    if extra is not None:
+        extra(folder)
+    (folder / MARKER).write_text(json.dumps(asdict(info), indent=2) + "\n")
+
+
 def save_checkpoint(
     algo: Any,
     run_dir: Path,
@@ -131,14 +145,7 @@ def save_checkpoint(
     if not is_complete(final):
         partial = root / f".partial-{final.name}"
         shutil.rmtree(partial, ignore_errors=True)
-        algo.save_to_path(str(partial.resolve()))
-        buffer = getattr(algo, "local_replay_buffer", None)
-        if info.replay_buffer and buffer is not None:
-            with (partial / REPLAY_BUFFER).open("wb") as handle:
-                pickle.dump(buffer.get_state(), handle, protocol=pickle.HIGHEST_PROTOCOL)
-        if extra is not None:
-            extra(partial)
-        (partial / MARKER).write_text(json.dumps(asdict(info), indent=2) + "\n")
+        write_checkpoint(algo, partial, info, extra)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)
     infos = {p.name: read_info(p) for p in list_checkpoints(run_dir)}

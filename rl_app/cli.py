@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         "experiment",
         metavar="EXP",
         nargs="?",
-        help="experiment name (see 'rl_app list'); optional with --resume",
+        help="experiment name (see 'rl_app list') or .yaml file; optional with --resume",
     )
     _add_overrides(train)
     train.add_argument("--resume", metavar="RUN", help="continue run RUN (folder or storage URI)")
@@ -64,6 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     _add_runs_dir(train)
     train.add_argument("--verbose", action="store_true", help="show Ray's and RLlib's own logs")
+
+    sweep = commands.add_parser("sweep", help="Ray Tune sweep over an experiment's sweep: section")
+    sweep.add_argument(
+        "experiment", metavar="EXP", nargs="?", help="experiment name or .yaml file; optional with --resume"
+    )
+    _add_overrides(sweep)
+    sweep.add_argument("--samples", type=_positive_int, help="trials to sample (sets sweep.num_samples)")
+    sweep.add_argument("--resume", metavar="SWEEP", help="continue the sweep in folder SWEEP")
+    sweep.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
+    _add_runs_dir(sweep)
+    sweep.add_argument("--verbose", action="store_true", help="show Ray's, Tune's and RLlib's own logs")
 
     runs = commands.add_parser("runs", help="list runs: experiment, status, best return, checkpoint")
     _add_runs_dir(runs)
@@ -136,6 +147,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if summary.status == "interrupted" else 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from rl_app.sweep import run_sweep
+
+    overrides = [*args.overrides, *([f"sweep.num_samples={args.samples}"] if args.samples else [])]
+    summary = run_sweep(
+        args.experiment,
+        overrides,
+        resume=args.resume,
+        address=args.address,
+        runs_root=args.runs_dir,
+        verbose=args.verbose,
+    )
+    return EXIT_INTERRUPTED if summary.status == "interrupted" else 0
+
+
 def _cmd_runs(args: argparse.Namespace) -> int:
     from rl_app.commands import list_runs
 
@@ -176,6 +202,7 @@ COMMANDS = {
     "list": _cmd_list,
     "show": _cmd_show,
     "train": _cmd_train,
+    "sweep": _cmd_sweep,
     "runs": _cmd_runs,
     "report": _cmd_report,
     "evaluate": _cmd_evaluate,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console
 
@@ -77,3 +78,44 @@ class ProgressPrinter:
             f"   {_fmt_duration(metrics.elapsed_s):>7}  {_fmt_duration(self.eta_s(metrics)):>7}",
             highlight=False,
         )
+
+
+def sweep_console() -> Console:
+    """A console for sweep tables: the terminal's width, or 140 columns in logs (rich's 80 truncates)."""
+    import sys
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+
+
+def format_value(value: object) -> str:
+    """A sampled hyperparameter as a table cell: 4 significant digits for floats."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def trial_table(title: str, rows: list[dict[str, Any]], keys: list[str]) -> Any:
+    """A rich table of trials: id, status, crashes, iteration, timesteps, returns, sampled values."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    crashes = any(row.get("crashes") for row in rows)
+    table.add_column("trial", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for column in ("crashes", "iter", "steps", "return", "eval"):
+        if column != "crashes" or crashes:
+            table.add_column(column, justify="right", no_wrap=True)
+    for key in keys:
+        table.add_column(key.rsplit(".", 1)[-1], justify="right")  # 'lr' for 'training.lr': tables are narrow
+    for row in rows:
+        table.add_row(
+            str(row["trial"]),
+            str(row["status"]),
+            *([str(row.get("crashes") or "")] if crashes else []),
+            str(row.get("iter", "")),
+            f"{row['timesteps']:,}" if isinstance(row.get("timesteps"), int) else "",
+            _fmt_return(float(row.get("return", math.nan))).strip(),
+            _fmt_return(float(row.get("eval_return", math.nan))).strip(),
+            *(format_value(row["values"].get(k, "")) for k in keys),
+        )
+    return table

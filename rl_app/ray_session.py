@@ -19,9 +19,12 @@ class Cluster:
     address: str | None  # None: a local Ray started by us (or by the caller)
 
 
-def _quiet_libraries() -> None:
+def quiet_libraries() -> None:
     # RLlib and Gymnasium log deprecation notices on every start; they are not for our users.
-    logging.getLogger("ray").setLevel(logging.ERROR)
+    for name in ("ray", "ray.rllib", "ray.tune"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # Ray Tune's own trial tables and banners; rl_app prints its own.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", module="gymnasium")
 
@@ -33,11 +36,8 @@ def ray_session(address: str | None = None, verbose: bool = False) -> Iterator[C
     A Ray already initialised by the caller (a test fixture, a notebook) is reused
     and left running; one started here is shut down on exit, Ctrl-C included.
     """
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # Keep a local Ray on loopback instead of the host's interface address.
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     if not verbose:
-        _quiet_libraries()
+        quiet_libraries()
     import ray
 
     from rl_app.resources import local_cpu_count, local_gpu_count

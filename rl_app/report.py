@@ -5,6 +5,20 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from typing import Any
+
+METRIC_LABELS = {"return": "mean episode return (training)", "eval_return": "mean evaluation return"}
+HISTORY_KEYS = {"return": "return_mean", "eval_return": "eval_return_mean"}
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def read_progress(progress_csv: Path) -> list[dict[str, float]]:
@@ -16,11 +30,7 @@ def read_progress(progress_csv: Path) -> list[dict[str, float]]:
 
 def plot_reward_curve(progress_csv: Path, out_png: Path, title: str) -> Path:
     """Episode return vs timesteps: the mean line with the min/max band, eval returns as dots."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     rows = [r for r in read_progress(progress_csv) if not math.isnan(r["return_mean"])]
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     if rows:
@@ -67,11 +77,7 @@ def _run_title(run_dir: Path) -> str:
 
 def plot_comparison(run_dirs: list[Path], out_png: Path) -> Path:
     """Several runs on one chart: evaluation return where a run has one, else training return."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     for run_dir in run_dirs:
         rows = read_progress(run_dir / "progress.csv")
@@ -122,3 +128,77 @@ def report_runs(run_dirs: list[Path], out: Path | None = None) -> list[Path]:
     for path in written:
         print(f"wrote {path}")
     return written
+
+
+def _short_values(values: dict[str, Any]) -> str:
+    from rl_app.progress import format_value
+
+    return ", ".join(f"{key.rsplit('.', 1)[-1]}={format_value(v)}" for key, v in values.items())
+
+
+def plot_trial_curves(trials: list[Any], metric: str, out_png: Path, title: str, labelled: int = 8) -> Path:
+    """Every sweep trial's learning curve on one chart; the best ``labelled`` named in the legend."""
+    plt = _pyplot()
+    key = HISTORY_KEYS[metric]
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+    for trial in sorted(trials, key=lambda t: t.rank, reverse=True):  # best drawn last, on top
+        points = [h for h in trial.history if not math.isnan(h[key])]
+        if not points:
+            continue
+        best = trial.rank == 1
+        ax.plot(
+            [h["timesteps"] for h in points],
+            [h[key] for h in points],
+            lw=3 if best else 1.3,
+            alpha=1.0 if best else 0.75,
+            ls="--" if trial.status in ("pruned", "error") else "-",
+            label=f"#{trial.rank} {_short_values(trial.values)}" if trial.rank <= labelled else None,
+        )
+    ax.set_xlabel("environment timesteps")
+    ax.set_ylabel(METRIC_LABELS[metric])
+    ax.set_title(f"{title} (dashed: pruned or errored)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        handles, labels = ax.get_legend_handles_labels()
+        order = sorted(range(len(labels)), key=lambda i: int(labels[i].split()[0][1:]))
+        ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out_png)
+    plt.close(fig)
+    return out_png
+
+
+def plot_hyperparameters(trials: list[Any], space: dict[str, Any], metric: str, out_png: Path) -> Path:
+    """One panel per swept key: each trial's final metric against its sampled value."""
+    plt = _pyplot()
+    from rl_app.progress import format_value
+
+    keys = list(space)
+    columns = min(3, len(keys))
+    rows = math.ceil(len(keys) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), dpi=110, squeeze=False)
+    scored = [t for t in trials if math.isfinite(t.score)]
+    for ax, key in zip(axes.flat, keys, strict=False):
+        entry = space[key]
+        if entry.kind not in ("choice", "grid"):
+            xs = [float(t.values[key]) for t in scored]
+            if entry.kind == "loguniform":
+                ax.set_xscale("log")
+        else:  # categorical: one position per listed value
+            labels = [format_value(v) for v in entry.args]
+            xs = [float(labels.index(format_value(t.values[key]))) for t in scored]
+            ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize="small")
+        ax.scatter(xs, [t.score for t in scored], c=[t.rank for t in scored], cmap="viridis_r", s=40)
+        best = [t for t in scored if t.rank == 1]
+        if best:
+            ax.scatter(xs[scored.index(best[0])], best[0].score, s=160, facecolors="none", edgecolors="red")
+        ax.set_xlabel(key)
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"final {METRIC_LABELS[metric]} per trial (red circle: best)")
+    fig.tight_layout()
+    fig.savefig(out_png)
+    plt.close(fig)
+    return out_png

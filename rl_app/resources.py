@@ -10,11 +10,11 @@ from typing import Any
 @dataclass(frozen=True)
 class ResourcePlan:
     num_cpus: int
-    num_gpus: int
+    num_gpus: float  # a fraction when sweep trials share a GPU
     num_env_runners: int
     num_envs_per_env_runner: int
     num_learners: int
-    num_gpus_per_learner: int
+    num_gpus_per_learner: float
 
     @property
     def learner_device(self) -> str:
@@ -25,7 +25,7 @@ class ResourcePlan:
         if self.num_env_runners == 0:
             runners = "sampling on the driver (0 env runners)"
         return (
-            f"{self.num_cpus} CPU{'s' if self.num_cpus != 1 else ''}, {self.num_gpus} GPU"
+            f"{self.num_cpus} CPU{'s' if self.num_cpus != 1 else ''}, {self.num_gpus:g} GPU"
             f"{'s' if self.num_gpus != 1 else ''}: {runners} x {self.num_envs_per_env_runner} "
             f"envs, learner on {self.learner_device.upper()}"
         )
@@ -46,10 +46,11 @@ def local_gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def plan_resources(experiment: Any, num_cpus: int, num_gpus: int) -> ResourcePlan:
+def plan_resources(experiment: Any, num_cpus: int, num_gpus: float) -> ResourcePlan:
     """Spread env runners over the cores, minus the ones reserved for driver and learner.
 
-    The learner takes a GPU when one is available unless ``learners.device`` says cpu;
+    The learner takes a GPU when one is available unless ``learners.device`` says cpu
+    (a fraction of one when ``num_gpus`` < 1: sweep trials sharing a GPU);
     ``device: gpu`` without a GPU is an error.
     """
     from rl_app.errors import UserError
@@ -83,5 +84,5 @@ def plan_resources(experiment: Any, num_cpus: int, num_gpus: int) -> ResourcePla
         num_env_runners=num_env_runners,
         num_envs_per_env_runner=runners.num_envs_per_env_runner,
         num_learners=num_learners,
-        num_gpus_per_learner=1 if use_gpu else 0,
+        num_gpus_per_learner=min(1.0, num_gpus) if use_gpu else 0,
     )

@@ -377,7 +377,7 @@ def plan_resume(
 def plan_new_run(name: str, overrides: tuple[str, ...], init_from: str | None, runs_root: Path) -> Plan:
     loaded = load_experiment(name, overrides)
     experiment = loaded.config
-    plan = Plan(name, experiment, loaded.source, loaded.path, loaded.overrides)
+    plan = Plan(loaded.name, experiment, loaded.source, loaded.path, loaded.overrides)
     if init_from is not None:
         checkpoint = locate_checkpoint(init_from, runs_root)
         info = read_info(checkpoint)

@@ -28,11 +28,24 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _mapping_values(annotation: Any) -> type[BaseModel] | None:
+    """The model of the values of a ``dict[str, Model]`` field (``sweep.space``)."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(candidate) is dict:
+            return _nested_model(typing.get_args(candidate)[1])
+    return None
+
+
 def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], type[BaseModel] | None]:
     """Follow ``loc`` through the schema; return the real key path and the innermost model."""
     keys: list[str] = []
     current: type[BaseModel] | None = model
+    mapping_values: type[BaseModel] | None = None
     for part in loc:
+        if mapping_values is not None:  # a free-form key of a mapping, such as 'training.lr'
+            keys.append(str(part))
+            current, mapping_values = mapping_values, None
+            continue
         if isinstance(part, int):
             keys[-1:] = [f"{keys[-1]}[{part}]"] if keys else [f"[{part}]"]
             current = None
@@ -41,7 +54,9 @@ def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], type
             by_alias = {info.alias or name: info for name, info in current.model_fields.items()}
             if part in by_alias:
                 keys.append(part)
-                current = _nested_model(by_alias[part].annotation)
+                annotation = by_alias[part].annotation
+                current = _nested_model(annotation)
+                mapping_values = _mapping_values(annotation)
                 continue
         if part in _UNION_TAGS or not str(part).isidentifier():
             continue
@@ -94,8 +109,8 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> t
         _, parent = _walk(model, first["loc"][:-1])
         allowed = _field_names(parent) if parent is not None else []
         close = difflib.get_close_matches(unknown, allowed, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        return key, f"unknown key; {hint}(allowed: {', '.join(allowed)})"
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return key, f"unknown key{hint} (allowed: {', '.join(allowed)})"
     if first["type"] == "missing":
         return key, "required key is missing"
     value_errors = [e for e in same_key if e["type"] in ("value_error", "assertion_error")]

@@ -56,15 +56,25 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+def is_experiment_file(name: str) -> bool:
+    """True when ``name`` is meant as a file path (``runs/sweep/x_best.yaml``), not a name."""
+    return name.endswith((".yaml", ".yml"))
+
+
 def experiment_path(name: str, directory: Path | None = None) -> Path:
-    """The YAML file of experiment ``name``; refuses paths and unknown names."""
+    """The YAML file of experiment ``name`` (a name from the folder, or a path to a .yaml file)."""
+    if directory is None and is_experiment_file(name):
+        path = Path(name)
+        if not path.is_file():
+            raise UserError(f"experiment file '{name}' does not exist")
+        return path
     directory = directory or experiments_dir()
     available = available_experiments(directory)
     listing = ", ".join(available) or "none"
     if not EXPERIMENT_NAME.match(name) or ".." in name:
         raise UserError(
-            f"experiment '{name}' must be a name from {display_path(directory)}/, "
-            f"not a path (available: {listing})"
+            f"experiment '{name}' must be a name from {display_path(directory)}/ "
+            f"(available: {listing}) or the path of a .yaml file"
         )
     path = directory / f"{name}.yaml"
     if not path.is_file():
@@ -143,24 +153,40 @@ def _yaml11_number(value: Any) -> Any:
     return value
 
 
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``training.lr``-style ``key`` in ``data`` in place, creating sections as needed."""
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        child = node.get(part)
+        if part == "env" and isinstance(child, str):
+            child = {"id": child}
+        if child is None:
+            child = {}
+        if not isinstance(child, dict):
+            raise ValueError(f"'{part}' is not a section")
+        node[part] = child = dict(child)
+        node = child
+    node[leaf] = value
+
+
+def with_values(data: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` with each dotted key of ``values`` set."""
+    data = deep_merge({}, data)
+    for key, value in values.items():
+        set_dotted(data, key, value)
+    return data
+
+
 def apply_overrides(data: dict[str, Any], overrides: tuple[str, ...]) -> dict[str, Any]:
     """A copy of ``data`` with each ``KEY=VALUE`` override set."""
     data = deep_merge({}, data)
     for text in overrides:
         key, value = parse_override(text)
-        node = data
-        *parents, leaf = key.split(".")
-        for part in parents:
-            child = node.get(part)
-            if part == "env" and isinstance(child, str):
-                child = {"id": child}
-            if child is None:
-                child = {}
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {text}", f"'{part}' is not a section")
-            node[part] = child = dict(child)
-            node = child
-        node[leaf] = value
+        try:
+            set_dotted(data, key, value)
+        except ValueError as exc:
+            raise ConfigError(f"--set {text}", str(exc)) from None
     return data
 
 
@@ -184,10 +210,15 @@ def validate_experiment(data: dict[str, Any], source: str, overrides: tuple[str,
         )
     model: type[BaseModel] = Experiment[ALGORITHMS[algorithm].training]  # type: ignore[misc,assignment]
     try:
-        return model.model_validate({"training": {}, **data})
+        experiment = model.model_validate({"training": {}, **data})
     except ValidationError as exc:
         key, message = describe_validation_error(exc, model)
         raise ConfigError(_source_of(key, source, overrides), message, key=key) from None
+    if experiment.sweep is not None:
+        from rl_app.config.sweep import check_sweep
+
+        check_sweep(data, experiment, lambda key: _source_of(key, source, overrides))
+    return experiment
 
 
 def _source_of(key: str, source: str, overrides: tuple[str, ...]) -> str:
@@ -204,4 +235,4 @@ def load_experiment(name: str, overrides: tuple[str, ...] | list[str] = ()) -> L
     path = experiment_path(name)
     data = apply_overrides(_read_with_extends(path), overrides)
     config = validate_experiment(data, display_path(path), overrides)
-    return LoadedExperiment(name=name, path=path, config=config, overrides=overrides)
+    return LoadedExperiment(name=path.stem, path=path, config=config, overrides=overrides)

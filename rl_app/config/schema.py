@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -171,6 +179,110 @@ class EvaluationSection(Section):
     explore: bool = Field(False, description="False: deterministic (greedy) actions.")
 
 
+SPACE_KINDS = ("choice", "grid", "uniform", "loguniform", "randint", "quniform")
+
+
+class SpaceEntry(Section):
+    """How one hyperparameter is sampled: exactly one of the keys below (Ray Tune's semantics)."""
+
+    choice: list[Any] | None = Field(None, description="Sample one of these values.")
+    grid: list[Any] | None = Field(None, description="Try every value (crossed with other grids).")
+    uniform: tuple[float, float] | None = Field(None, description="[low, high]")
+    loguniform: tuple[PositiveFloat, PositiveFloat] | None = Field(None, description="[low, high], log scale")
+    randint: tuple[int, int] | None = Field(None, description="[low, high): high excluded, as in Tune")
+    quniform: tuple[float, float, PositiveFloat] | None = Field(None, description="[low, high, step]")
+
+    @model_validator(mode="after")
+    def _exactly_one_valid_kind(self) -> SpaceEntry:
+        given = [kind for kind in SPACE_KINDS if getattr(self, kind) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(SPACE_KINDS)}")
+        kind, args = given[0], getattr(self, given[0])
+        if kind in ("choice", "grid"):
+            if not args:
+                raise ValueError(f"{kind} needs at least one value")
+        elif args[0] >= args[1]:
+            raise ValueError(f"{kind} needs low < high (got [{args[0]:g}, {args[1]:g}])")
+        return self
+
+    @model_serializer(mode="plain")
+    def _as_written(self) -> dict[str, Any]:
+        return {self.kind: list(self.args)}
+
+    @property
+    def kind(self) -> str:
+        return next(kind for kind in SPACE_KINDS if getattr(self, kind) is not None)
+
+    @property
+    def args(self) -> Any:
+        return getattr(self, self.kind)
+
+    def candidates(self) -> list[Any]:
+        """Values that bound what can be sampled: all of a list, the ends of a range."""
+        args = self.args
+        if self.kind in ("choice", "grid"):
+            return list(args)
+        if self.kind == "randint":
+            return [args[0], args[1] - 1]
+        return [args[0], args[1]]
+
+
+class SchedulerSection(Section):
+    """Trial scheduler: FIFO runs every trial to its stop criteria; ASHA and PBT act on the metric."""
+
+    type: Literal["fifo", "asha", "pbt"] = "fifo"
+    time_attr: Literal["timesteps", "iterations"] = Field(
+        "timesteps", description="Unit of max_t, grace_period and perturbation_interval."
+    )
+    max_t: PositiveInt | None = Field(None, description="ASHA: longest trial (default: the trial stop).")
+    grace_period: PositiveInt | None = Field(None, description="ASHA: shortest trial before pruning.")
+    reduction_factor: Annotated[float, Field(gt=1)] = Field(3, description="ASHA: keep 1/factor per rung.")
+    perturbation_interval: PositiveInt | None = Field(None, description="PBT: exploit/explore every N.")
+    quantile_fraction: Annotated[float, Field(gt=0, le=0.5)] = Field(
+        0.25, description="PBT: bottom fraction that copies the top fraction."
+    )
+    resample_probability: Fraction = Field(0.25, description="PBT: resample instead of perturbing.")
+
+    @model_validator(mode="after")
+    def _settings_match_type(self) -> SchedulerSection:
+        asha_only = ("max_t", "grace_period")
+        for name in asha_only:
+            if self.type != "asha" and getattr(self, name) is not None:
+                raise ValueError(f"{name} applies only to type asha")
+        if self.type != "pbt" and self.perturbation_interval is not None:
+            raise ValueError("perturbation_interval applies only to type pbt")
+        if self.type == "pbt" and self.perturbation_interval is None:
+            raise ValueError("type pbt needs perturbation_interval")
+        if self.max_t is not None and self.grace_period is not None and self.grace_period > self.max_t:
+            raise ValueError("grace_period must be <= max_t")
+        return self
+
+
+class SweepSection(Section):
+    """A Ray Tune sweep over this experiment: ``rl_app sweep EXP``; ``rl_app train`` ignores it."""
+
+    space: dict[str, SpaceEntry] = Field(
+        min_length=1, description="Dotted experiment key -> {choice|grid|uniform|...: ...}."
+    )
+    search: Literal["random", "grid", "optuna"] = Field(
+        "random", description="random: Tune's variant generator (grid entries crossed); optuna: TPE."
+    )
+    metric: Literal["return", "eval_return"] | None = Field(
+        None, description="Default: eval_return when evaluation is on, else return."
+    )
+    mode: Literal["max", "min"] = "max"
+    num_samples: PositiveInt | None = Field(
+        None, description="Trials to sample (default 8; grid search: 1 pass over the grid)."
+    )
+    max_concurrent_trials: PositiveInt | Literal["auto"] = Field(
+        "auto", description="'auto': as many as the CPUs allow (printed at the start)."
+    )
+    scheduler: SchedulerSection = Field(default_factory=SchedulerSection)  # type: ignore[arg-type]
+    stop: StopSection | None = Field(None, description="Per-trial stop (default: the experiment's).")
+    seed: NonNegativeInt | None = Field(None, description="Search seed (default: the experiment's).")
+    max_failures: NonNegativeInt = Field(1, description="Retries of a crashed trial before it errors.")
+
+
 T = TypeVar("T", bound=TrainingSection)
 
 
@@ -192,6 +304,7 @@ class Experiment(Section, Generic[T]):
         None, description="Mirror run folders to this local path or URI (s3://, gs://, ...)."
     )
     extends: str | None = Field(None, description="Name of an experiment this one builds on.")
+    sweep: SweepSection | None = Field(None, description="Hyperparameter sweep (rl_app sweep).")
 
     @field_validator("env", mode="before")
     @classmethod

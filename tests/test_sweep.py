@@ -1,0 +1,216 @@
+"""Ray Tune sweeps end to end: ASHA ranking and results, crashing trials, kill -9 and resume."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from rl_app.checkpoints import read_info
+from rl_app.config import load_experiment
+from rl_app.sweep import run_sweep
+from rl_app.train import train
+
+TESTS = Path(__file__).resolve().parent
+pytestmark = pytest.mark.ray
+
+TINY = """\
+algorithm: PPO
+env: {env}
+training: {{train_batch_size_per_learner: 500, minibatch_size: 125, num_epochs: 1}}
+model: {{fcnet_hiddens: [16]}}
+env_runners: {{num_envs_per_env_runner: 2}}
+stop: {{timesteps: {timesteps}}}
+checkpoint: {{every: 1, keep: 2}}
+sweep:
+{sweep}
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    """Like conftest's, but trial actors can import tests/faulty_env.py."""
+    import ray
+
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), previous) if p)
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
+
+
+def write_sweep(folder: Path, name: str, sweep: str, env: str = "CartPole-v1", timesteps: int = 2000) -> None:
+    (folder / f"{name}.yaml").write_text(TINY.format(env=env, sweep=sweep, timesteps=timesteps))
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def quiet() -> Console:
+    return Console(file=io.StringIO(), width=150)
+
+
+def test_asha_sweep_ranks_trials_writes_results_and_the_best_config_trains(
+    ray_session: None, experiments: Path, tmp_path: Path
+) -> None:
+    write_sweep(
+        experiments,
+        "tiny",
+        """\
+  num_samples: 4
+  scheduler: {type: asha, grace_period: 1000, reduction_factor: 2}
+  space:
+    training.lr: {loguniform: [1.0e-4, 1.0e-2]}
+    training.num_epochs: {choice: [1, 2]}
+""",
+    )
+    summary = run_sweep("tiny", runs_root=tmp_path / "runs", console=quiet())
+
+    assert summary.status == "finished" and summary.metric == "return"
+    rows = summary.trials
+    assert [r.rank for r in rows] == [1, 2, 3, 4]
+    scores = [r.score for r in rows]
+    assert scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
+    for row in rows:
+        assert row.status in ("finished", "pruned"), row
+        # ASHA prunes only at a rung before max_t; finished trials ran their whole budget.
+        assert (row.timesteps >= 2000) == (row.status == "finished"), row
+        assert 1e-4 <= row.values["training.lr"] <= 1e-2 and row.values["training.num_epochs"] in (1, 2)
+
+    sweep_dir = summary.sweep_dir
+    assert sweep_dir.parent == tmp_path / "runs" / "tiny"
+    table = read_csv(sweep_dir / "results.csv")
+    assert [r["trial"] for r in table] == [r.trial for r in rows]
+    assert float(table[0]["return"]) == pytest.approx(rows[0].score)
+    assert {"training.lr", "training.num_epochs", "checkpoint", "status"} <= set(table[0])
+    for png in ("curves.png", "hyperparameters.png"):
+        data = (sweep_dir / png).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 10_000
+    for row in rows:  # every trial keeps its own config, metrics and checkpoints
+        trial_dir = Path(row.trial_dir)
+        assert (trial_dir / "params.json").is_file() and (trial_dir / "progress.csv").is_file()
+        assert len(row.history) == row.iterations
+
+    best = rows[0]
+    checkpoint = Path(best.checkpoint)
+    assert checkpoint.parent == Path(best.trial_dir)
+    assert read_info(checkpoint).algorithm == "PPO"  # our marker: evaluate/export/--init-from take it
+
+    best_file = summary.best_experiment
+    assert best_file == sweep_dir / "tiny_best.yaml"
+    loaded = load_experiment(str(best_file))
+    assert loaded.config.sweep is None
+    assert loaded.config.training.lr == pytest.approx(best.values["training.lr"])
+    assert loaded.config.training.num_epochs == best.values["training.num_epochs"]
+    run = train(str(best_file), ["stop.timesteps=500"], runs_root=tmp_path / "runs", console=quiet())
+    assert run.status == "finished" and run.last_checkpoint is not None
+    assert run.run_dir.parent == tmp_path / "runs" / "tiny_best"
+
+
+def test_crashing_trials_are_retried_then_recorded_and_the_sweep_completes(
+    ray_session: None, experiments: Path, tmp_path: Path
+) -> None:
+    marker_dir = tmp_path / "markers"
+    marker_dir.mkdir()
+    sweep = f"""\
+  search: grid
+  max_failures: 1
+  space:
+    env.config.crash: {{grid: [never, once, always]}}
+    env.config.marker_dir: {{grid: ["{marker_dir}"]}}
+"""
+    write_sweep(experiments, "flaky", sweep, env="faulty_env:CrashingCartPole", timesteps=1500)
+    summary = run_sweep("flaky", runs_root=tmp_path / "runs", console=quiet())
+
+    assert summary.status == "finished"
+    by_mode = {row.values["env.config.crash"]: row for row in summary.trials}
+    assert (by_mode["never"].status, by_mode["never"].failures) == ("finished", 0)
+    assert (by_mode["once"].status, by_mode["once"].failures) == ("finished", 1)  # retried from a checkpoint
+    assert by_mode["once"].timesteps >= 1500
+    assert (by_mode["always"].status, by_mode["always"].failures) == ("error", 2)  # 1 try + 1 retry
+    assert "deliberate crash (always)" in by_mode["always"].error
+    assert summary.best is not None and summary.best.values["env.config.crash"] != "always"
+    table = {r["env.config.crash"]: r for r in read_csv(summary.sweep_dir / "results.csv")}
+    assert table["always"]["status"] == "error" and "deliberate crash" in table["always"]["error"]
+
+
+def result_iterations(trial_dir: Path) -> list[int]:
+    path = trial_dir / "result.json"
+    if not path.is_file():
+        return []
+    return [json.loads(line)["training_iteration"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def finished(trial_dir: Path) -> bool:
+    path = trial_dir / "result.json"
+    return path.is_file() and '"stop_reason"' in path.read_text()
+
+
+def test_kill_9_of_the_sweep_driver_then_resume_keeps_finished_trials(
+    ray_session: None, experiments: Path, tmp_path: Path
+) -> None:
+    sweep = """\
+  search: grid
+  max_concurrent_trials: 1
+  space:
+    training.lr: {grid: [0.0003, 0.001, 0.003]}
+"""
+    write_sweep(experiments, "killed", sweep, timesteps=3000)
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "rl_app", "sweep", "killed", "--runs-dir", str(runs)]
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, "RL_APP_EXPERIMENTS_DIR": str(experiments)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            trial_dirs = sorted(runs.glob("killed/*/trial_*"))
+            done = [d for d in trial_dirs if finished(d)]
+            running = [d for d in trial_dirs if not finished(d) and len(result_iterations(d)) >= 3]
+            if done and running:
+                break
+            assert process.poll() is None, process.communicate()[0]
+            time.sleep(0.2)
+        else:
+            pytest.fail("the sweep never had a finished and a half-done trial")
+        os.killpg(process.pid, signal.SIGKILL)  # the driver and every Ray process it started
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    sweep_dir = done[0].parent
+    kept = {d.name: result_iterations(d) for d in done}
+    interrupted = running[0]
+    reported_before_kill = len(result_iterations(interrupted))
+
+    summary = run_sweep(None, resume=str(sweep_dir), runs_root=runs, console=quiet())
+
+    assert summary.status == "finished"
+    assert [r.status for r in summary.trials] == ["finished"] * 3
+    for name, iterations in kept.items():
+        assert result_iterations(sweep_dir / name) == iterations  # not rerun
+    after = result_iterations(interrupted)
+    assert len(after) > reported_before_kill and after[-1] == 6  # 3000 steps / 500 per iteration
+    assert after.count(1) == 1  # continued from its checkpoint, not restarted
