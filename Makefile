@@ -19,10 +19,10 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: help setup train resume eval export runs report tensorboard show list lint format test test-fast bench-learning clean-env
+.PHONY: help setup train resume sweep sweep-resume eval export runs report tensorboard show list lint format test test-fast bench-learning clean-env
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 	@echo "  variables: EXP=$(EXP) ARGS='--set training.lr=0.0003 --set stop.timesteps=50000'"
 
 setup: $(STAMP) ## create the environment from the pins (idempotent; fast when up to date)
@@ -46,6 +46,13 @@ train: setup ## train EXP (ARGS passes --set overrides etc.)
 resume: setup ## continue run RUN=runs/<exp>/<stamp> (or a storage URI) from its latest checkpoint
 	@[ -n "$(RUN)" ] || { echo "make resume: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
 	$(BIN)/rl_app train --resume $(RUN) $(ARGS)
+
+sweep: setup ## Ray Tune sweep over EXP's sweep: section (SAMPLES=N sets num_samples)
+	$(BIN)/rl_app sweep $(EXP) $(if $(SAMPLES),--samples $(SAMPLES)) $(ARGS)
+
+sweep-resume: setup ## continue the sweep in RUN=runs/<exp>/<stamp> after Ctrl-C or a crash
+	@[ -n "$(RUN)" ] || { echo "make sweep-resume: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
+	$(BIN)/rl_app sweep --resume $(RUN) $(ARGS)
 
 eval: setup ## evaluate RUN deterministically (EPISODES=10, VIDEO=1 records mp4s)
 	@[ -n "$(RUN)" ] || { echo "make eval: set RUN=runs/<experiment>/<timestamp>"; exit 2; }

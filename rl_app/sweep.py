@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -309,7 +310,8 @@ def collect_trials(sweep_dir: Path, metric_key: str, mode: str) -> list[TrialRow
             )
         )
     sign = 1.0 if mode == "max" else -1.0
-    rows.sort(key=lambda r: (math.isfinite(r.score), sign * r.score if math.isfinite(r.score) else 0), reverse=True)
+    rows.sort(key=lambda r: (math.isfinite(r.score), sign * r.score if math.isfinite(r.score) else 0.0))
+    rows.reverse()  # best first; trials without a score last
     for rank, row in enumerate(rows, start=1):
         row.rank = rank
     return rows
@@ -414,7 +416,8 @@ def _tuner(experiment: Any, name: str, source: str, sweep_dir: Path, resources: 
             callbacks=[SweepProgress(list(sweep.space))],
             failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
             checkpoint_config=tune.CheckpointConfig(
-                num_to_keep=experiment.checkpoint.keep,
+                # PBT copies other trials' checkpoints; keeping too few deletes them under it.
+                num_to_keep=max(experiment.checkpoint.keep, 4 if sweep.scheduler.type == "pbt" else 1),
                 checkpoint_score_attribute=metric_key,
                 checkpoint_score_order=sweep.mode,
                 checkpoint_frequency=experiment.checkpoint.every,
@@ -466,6 +469,8 @@ def run_sweep(
 
     # Save Tune's sweep state every 2 s (default: 10 s): a killed driver loses at most that much.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
+    # Reusing actors would save PBT a restart per exploit; trials here rebuild RLlib instead.
+    warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
     console = console or sweep_console()
     plan = plan_sweep(name, tuple(overrides), resume)
     experiment, sweep = plan.experiment, plan.experiment.sweep
@@ -534,8 +539,10 @@ def _report(
     keys = list(experiment.sweep.space)
     for row in rows:
         if row.trial_dir and Path(row.trial_dir).is_dir():
+            # What evaluate and export read for the env config of this trial's checkpoints.
             trial_experiment = with_values(trial_data(experiment_dict(experiment)), row.values)
-            (Path(row.trial_dir) / "experiment.yaml").write_text(yaml.safe_dump(trial_experiment, sort_keys=False))
+            text = yaml.safe_dump(trial_experiment, sort_keys=False)
+            (Path(row.trial_dir) / "experiment.yaml").write_text(text)
     files = [
         write_results_csv(rows, keys, metric, sweep_dir / "results.csv"),
         plot_trial_curves(rows, metric, sweep_dir / "curves.png", f"{plan.name}: {len(rows)} trials"),

@@ -73,7 +73,7 @@ class ExperimentTrial(tune.Trainable):
             result["done"] = True
         return result
 
-    def save_checkpoint(self, checkpoint_dir: str) -> None:  # type: ignore[override]
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
         folder = Path(checkpoint_dir)
         info = CheckpointInfo(
             iteration=self.iteration,
@@ -87,9 +87,11 @@ class ExperimentTrial(tune.Trainable):
         )
         elapsed = self.elapsed_before + time.monotonic() - self.started
         state = {"elapsed_s": elapsed, "last_return": self.last_return, "last_eval": self.last_eval}
-        write_checkpoint(
-            self.algo, folder, info, extra=lambda f: (f / TRIAL_STATE).write_text(json.dumps(state))
-        )
+
+        def write_state(folder: Path) -> None:
+            (folder / TRIAL_STATE).write_text(json.dumps(state))
+
+        write_checkpoint(self.algo, folder, info, extra=write_state)
         # Returning None makes Tune hand load_checkpoint() the folder itself.
 
     def load_checkpoint(self, checkpoint: str) -> None:  # type: ignore[override]
@@ -103,4 +105,3 @@ class ExperimentTrial(tune.Trainable):
 
     def cleanup(self) -> None:
         self.algo.stop()
-

@@ -13,12 +13,23 @@ from rl_app.cli import main
 
 GOOD = "algorithm: PPO\nenv: CartPole-v1\ntraining: {lr: 0.001}\nstop: {timesteps: 1000}\n"
 
+
+def sweep(space_line: str, extra: str = "") -> str:
+    """GOOD with a one-key sweep section (and ``extra`` lines of it)."""
+    return f"{GOOD}sweep:\n  space:\n    {space_line}\n{extra}"
+
+
 # (experiment file text or None for no file, command line, expected fragments of the message)
 CASES = {
     "unknown experiment": (None, ["show", "nope"], ["unknown experiment 'nope'", "available: good"]),
     "near-miss experiment": (None, ["show", "god"], ["did you mean 'good'?"]),
-    "relative path": (None, ["show", "../x"], ["must be a name from", "not a path"]),
-    "absolute path": (None, ["show", "/etc/passwd"], ["not a path"]),
+    "relative path": (None, ["show", "../x"], ["must be a name from", "or the path of a .yaml file"]),
+    "absolute path": (None, ["show", "/etc/passwd"], ["or the path of a .yaml file"]),
+    "missing yaml file": (
+        None,
+        ["train", "runs/x/best.yaml"],
+        ["experiment file 'runs/x/best.yaml' does not"],
+    ),
     "yaml syntax": (
         "algorithm: PPO\nenv: [CartPole-v1\n",
         ["show", "bad"],
@@ -75,6 +86,68 @@ CASES = {
     "bad override": (GOOD, ["show", "bad", "--set", "training.gamma=2"], ["--set training.gamma=2", "<= 1"]),
     "malformed override": (GOOD, ["show", "bad", "--set", "gamma"], ["--set gamma", "KEY=VALUE"]),
     "gpu without gpu": (GOOD + "learners: {device: gpu}\n", ["show", "bad"], ["learners.device", "no GPU"]),
+    "sweep bounds": (
+        sweep("training.lr: {uniform: [0.1, 0.01]}"),
+        ["show", "bad"],
+        ["bad.yaml: sweep.space.training.lr: uniform needs low < high (got [0.1, 0.01])"],
+    ),
+    "sweep value the schema refuses": (
+        sweep("training.lr: {uniform: [0, 0.1]}"),
+        ["sweep", "bad"],
+        ["sweep.space.training.lr: uniform value 0.0 is invalid: training.lr: must be a number > 0"],
+    ),
+    "sweep unknown key": (
+        sweep("training.lrr: {choice: [0.1]}"),
+        ["sweep", "bad"],
+        ["sweep.space.training.lrr", "did you mean 'lr'?"],
+    ),
+    "sweep unknown kind": (
+        sweep("training.lr: {normal: [0, 1]}"),
+        ["show", "bad"],
+        ["sweep.space.training.lr.normal: unknown key", "allowed: choice, grid, uniform, loguniform"],
+    ),
+    "sweep not sweepable": (
+        sweep("stop.timesteps: {choice: [10]}"),
+        ["sweep", "bad"],
+        ["sweep.space.stop.timesteps: cannot be swept (allowed: training.*, model.*, env.config.*, seed)"],
+    ),
+    "sweep optuna grid": (
+        sweep("training.lr: {grid: [0.1, 0.2]}", "  search: optuna\n"),
+        ["sweep", "bad"],
+        ["sweep.space.training.lr", "search 'optuna' cannot take grid entries"],
+    ),
+    "sweep pbt on the model": (
+        sweep(
+            "model.fcnet_hiddens: {choice: [[8], [16]]}",
+            "  scheduler: {type: pbt, perturbation_interval: 100}\n",
+        ),
+        ["sweep", "bad"],
+        ["sweep.space.model.fcnet_hiddens", "only training.* keys"],
+    ),
+    "sweep pbt without interval": (
+        sweep("training.lr: {choice: [0.1]}", "  scheduler: {type: pbt}\n"),
+        ["sweep", "bad"],
+        ["sweep.scheduler", "needs perturbation_interval"],
+    ),
+    "sweep unknown scheduler": (
+        sweep("training.lr: {choice: [0.1]}", "  scheduler: {type: hyperband}\n"),
+        ["sweep", "bad"],
+        ["sweep.scheduler.type", "one of 'fifo', 'asha' or 'pbt' (got 'hyperband')"],
+    ),
+    "sweep eval metric without evaluation": (
+        sweep("training.lr: {choice: [0.1]}", "  metric: eval_return\n"),
+        ["sweep", "bad"],
+        ["sweep.metric", "needs evaluation.interval > 0"],
+    ),
+    "sweep asha without a budget": (
+        sweep("training.lr: {choice: [0.1]}", "  scheduler: {type: asha}\n").replace(
+            "{timesteps: 1000}", "{return: 100}"
+        ),
+        ["sweep", "bad"],
+        ["sweep.scheduler.max_t", "ASHA needs max_t"],
+    ),
+    "sweep without a sweep section": (None, ["sweep", "good"], ["good.yaml: has no sweep section"]),
+    "sweep resume of nothing": (None, ["sweep", "--resume", "nowhere"], ["sweep 'nowhere' does not exist"]),
 }
 
 

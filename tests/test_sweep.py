@@ -214,3 +214,40 @@ def test_kill_9_of_the_sweep_driver_then_resume_keeps_finished_trials(
     after = result_iterations(interrupted)
     assert len(after) > reported_before_kill and after[-1] == 6  # 3000 steps / 500 per iteration
     assert after.count(1) == 1  # continued from its checkpoint, not restarted
+
+
+def test_optuna_search_and_pbt_scheduler_run_through_tune(
+    ray_session: None, experiments: Path, tmp_path: Path
+) -> None:
+    write_sweep(
+        experiments,
+        "optuna",
+        """\
+  search: optuna
+  num_samples: 2
+  space:
+    training.lr: {loguniform: [1.0e-4, 1.0e-2]}
+    training.num_epochs: {choice: [1, 2]}
+""",
+        timesteps=1000,
+    )
+    summary = run_sweep("optuna", runs_root=tmp_path / "runs", console=quiet())
+    assert [r.status for r in summary.trials] == ["finished", "finished"]
+    assert list(summary.sweep_dir.glob("searcher-state-*.pkl")), "Optuna's searcher state was not saved"
+
+    write_sweep(
+        experiments,
+        "pbt",
+        """\
+  num_samples: 2
+  scheduler: {type: pbt, perturbation_interval: 1000, resample_probability: 1.0}
+  space:
+    training.lr: {loguniform: [1.0e-4, 1.0e-2]}
+""",
+        timesteps=2500,
+    )
+    summary = run_sweep("pbt", runs_root=tmp_path / "runs", console=quiet())
+    assert [r.status for r in summary.trials] == ["finished", "finished"]
+    # PBT logs each exploit (a trial restarted from the better one's checkpoint with a new lr).
+    exploits = (summary.sweep_dir / "pbt_global.txt").read_text().splitlines()
+    assert exploits, "PBT never exploited"

@@ -214,7 +214,7 @@ def validate_experiment(data: dict[str, Any], source: str, overrides: tuple[str,
     except ValidationError as exc:
         key, message = describe_validation_error(exc, model)
         raise ConfigError(_source_of(key, source, overrides), message, key=key) from None
-    if experiment.sweep is not None:
+    if getattr(experiment, "sweep", None) is not None:
         from rl_app.config.sweep import check_sweep
 
         check_sweep(data, experiment, lambda key: _source_of(key, source, overrides))

@@ -48,9 +48,13 @@ def check_sweep(data: dict[str, Any], experiment: Any, source_of: Callable[[str]
                 validate_experiment(with_values(base, {key: value}), source)
             except ConfigError as exc:
                 detail = f"{exc.key}: {exc.message}" if exc.key else exc.message
-                raise ConfigError(source, f"{entry.kind} value {value!r} is invalid: {detail}", key=where) from None
+                raise ConfigError(
+                    source, f"{entry.kind} value {value!r} is invalid: {detail}", key=where
+                ) from None
         if sweep.search == "grid" and entry.kind != "grid":
-            raise ConfigError(source, f"search 'grid' needs every entry to be grid (got {entry.kind})", key=where)
+            raise ConfigError(
+                source, f"search 'grid' needs every entry to be grid (got {entry.kind})", key=where
+            )
         if sweep.search == "optuna":
             if entry.kind == "grid":
                 raise ConfigError(source, "search 'optuna' cannot take grid entries (use choice)", key=where)
