@@ -71,7 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_overrides(sweep)
     sweep.add_argument("--samples", type=_positive_int, help="trials to sample (sets sweep.num_samples)")
-    sweep.add_argument("--resume", metavar="SWEEP", help="continue the sweep in folder SWEEP")
+    sweep.add_argument(
+        "--resume", metavar="SWEEP", help="continue the sweep in folder (or storage URI) SWEEP"
+    )
+    sweep.add_argument("--storage", metavar="URI", help="trials and checkpoints go here (path, s3://, gs://)")
     sweep.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     _add_runs_dir(sweep)
     sweep.add_argument("--verbose", action="store_true", help="show Ray's, Tune's and RLlib's own logs")
@@ -155,6 +158,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         args.experiment,
         overrides,
         resume=args.resume,
+        storage=args.storage,
         address=args.address,
         runs_root=args.runs_dir,
         verbose=args.verbose,

@@ -32,10 +32,63 @@ from rl_app.errors import UserError
 from rl_app.progress import format_value, sweep_console, trial_table
 from rl_app.resources import ResourcePlan, plan_resources
 from rl_app.runs import experiment_dict, new_run_dir, package_versions, read_json, write_json
+from rl_app.storage import Storage, download, is_uri, open_storage, upload
 from rl_app.trial import METRIC_KEYS, TIME_ATTRS
 
 SWEEP_FILE = "sweep.json"
 DEFAULT_SAMPLES = 8
+
+
+@dataclass(frozen=True)
+class SweepLocation:
+    """Where a sweep lives: the local folder of our reports, and Tune's experiment folder.
+
+    Without remote storage both are ``runs/<exp>/<stamp>``. With ``storage: s3://...`` Tune
+    writes trials and checkpoints to ``<storage>/<exp>/<stamp>`` (trial actors upload their
+    own checkpoints), and our reports are written locally and uploaded next to them.
+    """
+
+    local: Path
+    storage: Storage | None = None
+
+    @property
+    def tune_path(self) -> str:
+        if self.storage is None:
+            return str(self.local.resolve())
+        return self.storage.path(self.local.parent.name, self.local.name)
+
+    @property
+    def tune_fs(self) -> Any:
+        return self.storage.fs if self.storage is not None else None
+
+    def display(self, fs_path: str) -> str:
+        """A path on Tune's filesystem as the user can use it: a local path or a URI."""
+        if self.storage is None or not fs_path:
+            return fs_path
+        return self.storage.describe(fs_path[len(self.storage.root) :].strip("/"))
+
+    def _fs(self) -> Any:
+        import pyarrow.fs as pafs
+
+        return self.tune_fs or pafs.LocalFileSystem()
+
+    def read_text(self, fs_path: str) -> str | None:
+        try:
+            with self._fs().open_input_stream(fs_path) as handle:
+                return bytes(handle.read()).decode(errors="replace")
+        except (FileNotFoundError, OSError):
+            return None
+
+    def write_text(self, fs_path: str, text: str) -> None:
+        with self._fs().open_output_stream(fs_path) as handle:
+            handle.write(text.encode())
+
+    def publish(self, *files: Path) -> None:
+        """Copy report files from the local folder to the storage (nothing to do when local)."""
+        if self.storage is None:
+            return
+        for path in files:
+            upload(path, self.storage, self.local.parent.name, self.local.name, path.name)
 
 
 @dataclass(frozen=True)
@@ -240,6 +293,7 @@ class TrialRow:
     error: str
     history: list[dict[str, float]] = field(default_factory=list, repr=False)
     rank: int = 0
+    fs_path: str = field(default="", repr=False)  # the trial folder on Tune's filesystem
 
 
 def _float(value: Any) -> float:
@@ -254,34 +308,32 @@ def _status(trial: Any) -> str:
     return "unfinished"
 
 
-def error_file(trial: Any) -> Path:
+def error_file(trial: Any) -> str:
     """Tune's error.txt of ``trial`` in the sweep folder (not in Ray's session staging folder)."""
-    return Path(trial.path) / "error.txt"
+    return f"{trial.path}/error.txt"
 
 
 EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b: \S")
 
 
-def _error_line(trial: Any) -> str:
+def _error_line(trial: Any, location: SweepLocation) -> str:
     """The root cause of the trial's last failure: the first 'SomeError: message' line of it.
 
     Tune's error.txt holds a section per failure; in each, Python prints the original
     exception before the ones that wrap it (RLlib re-raises env errors as a bare RuntimeError).
     """
-    path = error_file(trial)
-    if not path.is_file():
+    text = location.read_text(error_file(trial))
+    if not text:
         return ""
-    last_failure = path.read_text(errors="replace").rsplit("Failure # ", 1)[-1]
+    last_failure = text.rsplit("Failure # ", 1)[-1]
     lines = [line.strip() for line in last_failure.splitlines() if line.strip()]
     causes = [line for line in lines if EXCEPTION_LINE.match(line)]
     return (causes or lines or [""])[0][:300]
 
 
-def collect_trials(sweep_dir: Path, metric_key: str, mode: str) -> list[TrialRow]:
-    """Every trial of the sweep at ``sweep_dir``, ranked best first by ``metric_key``."""
-    from ray.tune import ExperimentAnalysis
-
-    analysis = ExperimentAnalysis(str(sweep_dir.resolve()))
+def collect_trials(location: SweepLocation, metric_key: str, mode: str) -> list[TrialRow]:
+    """Every trial of the sweep, ranked best first by ``metric_key``."""
+    analysis = tune.ExperimentAnalysis(location.tune_path, storage_filesystem=location.tune_fs)
     frames = analysis.trial_dataframes
     rows = []
     for trial in analysis.trials:
@@ -303,10 +355,11 @@ def collect_trials(sweep_dir: Path, metric_key: str, mode: str) -> list[TrialRow
                 timesteps=int(result.get("timesteps", 0)),
                 return_mean=_float(result.get("return_mean")),
                 eval_return_mean=_float(result.get("eval_return_mean")),
-                checkpoint=checkpoint.path if checkpoint else "",
-                trial_dir=str(trial.path or ""),
-                error=_error_line(trial) if trial.status == "ERROR" else "",
+                checkpoint=location.display(checkpoint.path) if checkpoint else "",
+                trial_dir=location.display(str(trial.path or "")),
+                error=_error_line(trial, location) if trial.status == "ERROR" else "",
                 history=history,
+                fs_path=str(trial.path or ""),
             )
         )
     sign = 1.0 if mode == "max" else -1.0
@@ -376,7 +429,8 @@ class SweepPlan:
     name: str
     experiment: Any
     source: str
-    sweep_dir: Path | None = None  # set when resuming
+    storage: Storage | None = None
+    location: SweepLocation | None = None  # set when resuming
 
 
 def _trainable(experiment: Any, name: str, source: str, resources: TrialResources) -> Any:
@@ -392,7 +446,9 @@ def _trainable(experiment: Any, name: str, source: str, resources: TrialResource
     )
 
 
-def _tuner(experiment: Any, name: str, source: str, sweep_dir: Path, resources: TrialResources) -> Any:
+def _tuner(
+    experiment: Any, name: str, source: str, location: SweepLocation, resources: TrialResources
+) -> Any:
     sweep = experiment.sweep
     metric_key = METRIC_KEYS[metric_name(experiment)]
     seed = sweep.seed if sweep.seed is not None else (experiment.seed or 0)
@@ -411,8 +467,9 @@ def _tuner(experiment: Any, name: str, source: str, sweep_dir: Path, resources: 
             trial_dirname_creator=trial_name,
         ),
         run_config=tune.RunConfig(
-            name=sweep_dir.name,
-            storage_path=str(sweep_dir.parent.resolve()),
+            name=location.local.name,
+            storage_path=location.tune_path.rsplit("/", 1)[0],
+            storage_filesystem=location.tune_fs,
             callbacks=[SweepProgress(list(sweep.space))],
             failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
             checkpoint_config=tune.CheckpointConfig(
@@ -428,19 +485,39 @@ def _tuner(experiment: Any, name: str, source: str, sweep_dir: Path, resources: 
     )
 
 
-def plan_sweep(name: str | None, overrides: tuple[str, ...], resume: str | None) -> SweepPlan:
-    """Load and check everything before Ray starts or anything is written."""
+def _open_sweep(location: str, runs_root: Path) -> SweepLocation:
+    """The sweep at a local folder, or at ``<storage>/<exp>/<stamp>`` (its files fetched locally)."""
+    if not is_uri(location):
+        folder = Path(location)
+        if not (folder / SWEEP_FILE).is_file():
+            what = "does not exist" if not folder.exists() else f"is not a sweep folder (no {SWEEP_FILE})"
+            raise UserError(f"sweep '{location}' {what}")
+        storage_uri = read_json(folder / SWEEP_FILE).get("storage")
+        return SweepLocation(folder, open_storage(storage_uri) if storage_uri else None)
+    base, sep, query = location.partition("?")
+    parts = base.rstrip("/").rsplit("/", 2)
+    if len(parts) != 3 or not (parts[1] and parts[2] and is_uri(parts[0])):
+        raise UserError(f"sweep '{location}' must be STORAGE/<experiment>/<timestamp>")
+    root_uri, name, stamp = parts
+    swept = SweepLocation(runs_root / name / stamp, open_storage(root_uri + sep + query))
+    assert swept.storage is not None
+    for file in (SWEEP_FILE, "experiment.yaml"):
+        download(swept.storage, swept.local / file, name, stamp, file)
+    return swept
+
+
+def plan_sweep(
+    name: str | None, overrides: tuple[str, ...], resume: str | None, runs_root: Path
+) -> SweepPlan:
+    """Load and check everything (storage included) before Ray starts or anything is written."""
     if resume is not None:
-        sweep_dir = Path(resume)
-        if not (sweep_dir / SWEEP_FILE).is_file():
-            what = "does not exist" if not sweep_dir.exists() else f"is not a sweep folder (no {SWEEP_FILE})"
-            raise UserError(f"sweep '{resume}' {what}")
         if overrides:
             raise UserError("--resume continues a sweep as it was started; --set cannot change it")
-        meta = read_json(sweep_dir / SWEEP_FILE)
-        source = str(sweep_dir / "experiment.yaml")
-        experiment = validate_experiment(read_yaml(sweep_dir / "experiment.yaml"), source)
-        return SweepPlan(str(meta["experiment"]), experiment, source, sweep_dir)
+        location = _open_sweep(resume, runs_root)
+        meta = read_json(location.local / SWEEP_FILE)
+        source = str(location.local / "experiment.yaml")
+        experiment = validate_experiment(read_yaml(location.local / "experiment.yaml"), source)
+        return SweepPlan(str(meta["experiment"]), experiment, source, location.storage, location)
     if name is None:
         raise UserError("sweep needs an experiment name, or --resume SWEEP_FOLDER")
     loaded = load_experiment(name, overrides)
@@ -449,7 +526,8 @@ def plan_sweep(name: str | None, overrides: tuple[str, ...], resume: str | None)
             f"{loaded.source}: has no sweep section (add sweep.space, e.g. "
             "'training.lr: {loguniform: [1.0e-4, 1.0e-3]}')"
         )
-    return SweepPlan(loaded.name, loaded.config, loaded.source)
+    storage = open_storage(loaded.config.storage) if loaded.config.storage else None
+    return SweepPlan(loaded.name, loaded.config, loaded.source, storage)
 
 
 def run_sweep(
@@ -457,6 +535,7 @@ def run_sweep(
     overrides: tuple[str, ...] | list[str] = (),
     *,
     resume: str | None = None,
+    storage: str | None = None,
     address: str | None = None,
     runs_root: Path = Path("runs"),
     verbose: bool = False,
@@ -472,7 +551,8 @@ def run_sweep(
     # Reusing actors would save PBT a restart per exploit; trials here rebuild RLlib instead.
     warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
     console = console or sweep_console()
-    plan = plan_sweep(name, tuple(overrides), resume)
+    overrides = (*overrides, *([f"storage={storage}"] if storage else []))
+    plan = plan_sweep(name, tuple(overrides), resume, runs_root)
     experiment, sweep = plan.experiment, plan.experiment.sweep
     metric = metric_name(experiment)
     num_trials = count_trials(sweep)
@@ -481,17 +561,19 @@ def run_sweep(
         if not verbose:
             logging.getLogger("ray.tune").setLevel(logging.CRITICAL)  # crashes are reported by our callback
         resources = plan_trial_resources(experiment, num_trials, cluster.num_cpus, cluster.num_gpus)
-        if plan.sweep_dir is None:
-            sweep_dir = new_run_dir(runs_root, plan.name)
-            (sweep_dir / "experiment.yaml").write_text(
+        location = plan.location
+        if location is None:
+            location = SweepLocation(new_run_dir(runs_root, plan.name), plan.storage)
+            (location.local / "experiment.yaml").write_text(
                 yaml.safe_dump(experiment_dict(experiment), sort_keys=False)
             )
             write_json(
-                sweep_dir / SWEEP_FILE,
+                location.local / SWEEP_FILE,
                 {
                     "experiment": plan.name,
                     "experiment_file": plan.source,
                     "overrides": list(overrides),
+                    "storage": plan.storage.uri if plan.storage else None,
                     "metric": metric,
                     "mode": sweep.mode,
                     "trials": num_trials,
@@ -501,34 +583,37 @@ def run_sweep(
                     "started_at": datetime.now(UTC).isoformat(),
                 },
             )
-        else:
-            sweep_dir = plan.sweep_dir
+            location.publish(location.local / "experiment.yaml", location.local / SWEEP_FILE)
         scheduler = sweep.scheduler.type.upper()
         console.print(
             f"[bold]{plan.name}[/bold]: sweeping {', '.join(sweep.space)} of {experiment.algorithm} on "
             f"{experiment.env.id}; {sweep.search} search, {scheduler} scheduler, {sweep.mode} {metric}"
         )
         console.print(f"Resources: {resources.describe(num_trials)}")
-        console.print(f"Sweep folder: {sweep_dir}")
-        if plan.sweep_dir is None:
-            tuner = _tuner(experiment, plan.name, plan.source, sweep_dir, resources)
+        mirrored = (
+            f" (trials and checkpoints in {location.display(location.tune_path)})" if plan.storage else ""
+        )
+        console.print(f"Sweep folder: {location.local}{mirrored}")
+        if plan.location is None:
+            tuner = _tuner(experiment, plan.name, plan.source, location, resources)
         else:
             tuner = tune.Tuner.restore(
-                str(sweep_dir.resolve()),
+                location.tune_path,
                 trainable=_trainable(experiment, plan.name, plan.source, resources),
                 resume_unfinished=True,
                 resume_errored=False,
+                storage_filesystem=location.tune_fs,
             )
             console.print("Resuming: finished trials are kept, unfinished ones continue from checkpoints")
         tuner.fit()
-        rows = collect_trials(sweep_dir, METRIC_KEYS[metric], sweep.mode)
-    return _report(plan, experiment, sweep_dir, rows, metric, time.monotonic() - began, console)
+        rows = collect_trials(location, METRIC_KEYS[metric], sweep.mode)
+    return _report(plan, experiment, location, rows, metric, time.monotonic() - began, console)
 
 
 def _report(
     plan: SweepPlan,
     experiment: Any,
-    sweep_dir: Path,
+    location: SweepLocation,
     rows: list[TrialRow],
     metric: str,
     elapsed_s: float,
@@ -537,12 +622,14 @@ def _report(
     from rl_app.report import plot_hyperparameters, plot_trial_curves
 
     keys = list(experiment.sweep.space)
+    sweep_dir = location.local
     for row in rows:
-        if row.trial_dir and Path(row.trial_dir).is_dir():
+        if row.fs_path:
             # What evaluate and export read for the env config of this trial's checkpoints.
             trial_experiment = with_values(trial_data(experiment_dict(experiment)), row.values)
-            text = yaml.safe_dump(trial_experiment, sort_keys=False)
-            (Path(row.trial_dir) / "experiment.yaml").write_text(text)
+            location.write_text(
+                f"{row.fs_path}/experiment.yaml", yaml.safe_dump(trial_experiment, sort_keys=False)
+            )
     files = [
         write_results_csv(rows, keys, metric, sweep_dir / "results.csv"),
         plot_trial_curves(rows, metric, sweep_dir / "curves.png", f"{plan.name}: {len(rows)} trials"),
@@ -587,9 +674,12 @@ def _report(
             "status": status,
             "metric": metric,
             "elapsed_s": elapsed_s,
-            "best": None if best is None else {k: v for k, v in vars(best).items() if k != "history"},
+            "best": None
+            if best is None
+            else {k: v for k, v in vars(best).items() if k not in ("history", "fs_path")},
             "best_experiment": str(best_file) if best_file else None,
             "trials": counts,
         },
     )
+    location.publish(*files, *([best_file] if best_file else []), sweep_dir / "summary.json")
     return summary

@@ -240,11 +240,11 @@ def test_optuna_search_and_pbt_scheduler_run_through_tune(
         "pbt",
         """\
   num_samples: 2
-  scheduler: {type: pbt, perturbation_interval: 1000, resample_probability: 1.0}
+  scheduler: {type: pbt, perturbation_interval: 500, resample_probability: 1.0}
   space:
     training.lr: {loguniform: [1.0e-4, 1.0e-2]}
 """,
-        timesteps=2500,
+        timesteps=3000,  # five chances to exploit: PBT needs both trials' scores at that moment
     )
     summary = run_sweep("pbt", runs_root=tmp_path / "runs", console=quiet())
     assert [r.status for r in summary.trials] == ["finished", "finished"]
