@@ -446,6 +446,25 @@ def _trainable(experiment: Any, name: str, source: str, resources: TrialResource
     )
 
 
+def _checkpoint_config(experiment: Any, metric_key: str) -> Any:
+    """Keep each trial's best checkpoints by the metric; with PBT, the most recent ones.
+
+    PBT restores a lagging trial from the latest checkpoint of a leading one, so that
+    checkpoint must survive; keeping by score can delete it under PBT (Tune then fails
+    the trial with "checkpoint does not exist on storage anymore").
+    """
+    sweep, keep = experiment.sweep, experiment.checkpoint.keep
+    by_score = {}
+    if sweep.scheduler.type != "pbt":
+        by_score = {"checkpoint_score_attribute": metric_key, "checkpoint_score_order": sweep.mode}
+    return tune.CheckpointConfig(
+        num_to_keep=keep if by_score else max(keep, 4),
+        checkpoint_frequency=experiment.checkpoint.every,
+        checkpoint_at_end=True,
+        **by_score,
+    )
+
+
 def _tuner(
     experiment: Any, name: str, source: str, location: SweepLocation, resources: TrialResources
 ) -> Any:
@@ -472,14 +491,7 @@ def _tuner(
             storage_filesystem=location.tune_fs,
             callbacks=[SweepProgress(list(sweep.space))],
             failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
-            checkpoint_config=tune.CheckpointConfig(
-                # PBT copies other trials' checkpoints; keeping too few deletes them under it.
-                num_to_keep=max(experiment.checkpoint.keep, 4 if sweep.scheduler.type == "pbt" else 1),
-                checkpoint_score_attribute=metric_key,
-                checkpoint_score_order=sweep.mode,
-                checkpoint_frequency=experiment.checkpoint.every,
-                checkpoint_at_end=True,
-            ),
+            checkpoint_config=_checkpoint_config(experiment, metric_key),
             verbose=0,
         ),
     )
