@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +68,25 @@ def s3() -> Iterator[dict[str, str]]:
         moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
 
 
+@pytest.fixture(scope="module")
+def ray_session(s3: dict[str, str]) -> Iterator[None]:
+    """A small Ray whose workers hold the S3 keys (sweep trials upload their own checkpoints)."""
+    import ray
+
+    previous = {name: os.environ.get(name) for name in s3}
+    os.environ.update(s3)
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @pytest.fixture
 def aws(s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     for name, value in s3.items():
@@ -105,6 +125,37 @@ def test_train_to_s3_then_resume_on_an_empty_disk(
 
     report = evaluate(run_uri, episodes=2, runs_root=tmp_path / "third")
     assert report["iteration"] == 3
+
+
+@pytest.mark.ray
+def test_sweep_to_s3_then_resume_it_from_the_uri_on_an_empty_disk(
+    aws: dict[str, str], ray_session: None, tmp_path: Path
+) -> None:
+    from rl_app.sweep import run_sweep
+
+    uri = f"s3://{BUCKET}/team/sweeps"
+    overrides = [*SMALL_PPO, "sweep.num_samples=2", "sweep.stop={timesteps: 800}", "checkpoint.every=1"]
+    summary = run_sweep("ppo_cartpole", overrides, storage=uri, runs_root=tmp_path / "laptop")
+    assert [r.status for r in summary.trials] == ["finished", "finished"]
+    stamp = summary.sweep_dir.name
+    storage = open_storage(uri)
+    assert sorted(list_dirs(storage, "ppo_cartpole", stamp)) == sorted(
+        f"trial_{r.trial}" for r in summary.trials
+    )
+    for row in summary.trials:  # checkpoints were uploaded by the trial actors themselves
+        assert row.checkpoint.startswith(f"{uri}/ppo_cartpole/{stamp}/trial_{row.trial}/checkpoint_")
+        checkpoint = row.checkpoint.removeprefix(f"{uri}/")
+        assert storage.fs.get_file_info(f"{storage.root}/{checkpoint}/rl_app_checkpoint.json").size > 0
+    for report in ("results.csv", "curves.png", "ppo_cartpole_best.yaml", "sweep.json"):
+        assert storage.fs.get_file_info(storage.path("ppo_cartpole", stamp, report)).size > 0
+    shutil.rmtree(tmp_path / "laptop")  # the machine is gone
+
+    again = run_sweep(None, resume=f"{uri}/ppo_cartpole/{stamp}", runs_root=tmp_path / "other")
+    assert again.status == "finished"
+    assert [(r.trial, r.iterations) for r in again.trials] == [
+        (r.trial, r.iterations) for r in summary.trials
+    ]
+    assert (tmp_path / "other" / "ppo_cartpole" / stamp / "results.csv").is_file()
 
 
 def test_wrong_credentials_are_refused(aws: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,9 @@ def experiment(folder: Path, sweep: str = "", extra: str = "") -> object:
 def test_trial_count_is_samples_times_grid_points(experiments: Path) -> None:
     assert count_trials(experiment(experiments).sweep) == 8 * 3  # default 8 samples
     assert count_trials(experiment(experiments, "  num_samples: 2").sweep) == 6
-    only_grid = BASE.format(sweep="  search: grid", extra="").replace("{loguniform: [1.0e-4, 1.0e-3]}", "{grid: [0.1]}")
+    only_grid = BASE.format(sweep="  search: grid", extra="").replace(
+        "{loguniform: [1.0e-4, 1.0e-3]}", "{grid: [0.1]}"
+    )
     (experiments / "g.yaml").write_text(only_grid)
     assert count_trials(load_experiment("g").config.sweep) == 3  # grid search: one pass
 
