@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: help setup train resume sweep sweep-resume eval export runs report tensorboard show list lint format test test-fast bench-learning clean-env
+.PHONY: help setup train resume sweep sweep-resume eval export runs report tensorboard show list lint format test test-fast bench-learning bench-sweep clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -95,6 +95,9 @@ test-fast: setup ## everything but the slow learning tests
 
 bench-learning: setup ## train every shipped experiment as shipped and check its target return
 	$(BIN)/python bench/learning.py $(EXPS)
+
+bench-sweep: setup ## run ppo_cartpole_sweep and check its best against hand-tuned ppo_cartpole
+	$(BIN)/python bench/sweep.py $(EXP_SWEEP)
 
 clean-env: ## remove the environment
 	rm -rf .venv .conda-env
