@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: help setup train resume sweep sweep-resume eval export runs report tensorboard show list lint format test test-fast bench-learning bench-sweep clean-env
+.PHONY: help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench-learning bench-sweep clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -53,6 +53,15 @@ sweep: setup ## Ray Tune sweep over EXP's sweep: section (SAMPLES=N sets num_sam
 sweep-resume: setup ## continue the sweep in RUN=runs/<exp>/<stamp> after Ctrl-C or a crash
 	@[ -n "$(RUN)" ] || { echo "make sweep-resume: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
 	$(BIN)/rl_app sweep --resume $(RUN) $(ARGS)
+
+cluster-up: setup ## start a local Ray head on 127.0.0.1 (dashboard :8265) with token auth
+	$(BIN)/rl_app cluster up $(ARGS)
+
+cluster-down: setup ## stop the local Ray head that cluster-up started (only its processes)
+	$(BIN)/rl_app cluster down
+
+submit: setup ## submit EXP as a Ray Job (ADDRESS=http://host:8265, SWEEP=1, NO_WAIT=1)
+	$(BIN)/rl_app submit $(EXP) $(if $(ADDRESS),--address $(ADDRESS)) $(if $(SWEEP),--sweep) $(if $(NO_WAIT),--no-wait) $(ARGS)
 
 eval: setup ## evaluate RUN deterministically (EPISODES=10, VIDEO=1 records mp4s)
 	@[ -n "$(RUN)" ] || { echo "make eval: set RUN=runs/<experiment>/<timestamp>"; exit 2; }

@@ -79,6 +79,32 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runs_dir(sweep)
     sweep.add_argument("--verbose", action="store_true", help="show Ray's, Tune's and RLlib's own logs")
 
+    cluster = commands.add_parser("cluster", help="start/stop a local Ray head node (127.0.0.1, token auth)")
+    cluster.add_argument("action", choices=("up", "down"))
+    cluster.add_argument("--port", type=_positive_int, default=6380, help="GCS port (default 6380)")
+    cluster.add_argument("--dashboard-port", type=_positive_int, default=8265, help="Jobs API (default 8265)")
+    cluster.add_argument("--num-cpus", type=_positive_int, help="CPUs the head offers (default: all)")
+    cluster.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; anything else exposes Ray's ports to that network)",
+    )
+
+    submit = commands.add_parser("submit", help="run training (or --sweep) on a Ray cluster as a Ray Job")
+    submit.add_argument("experiment", metavar="EXP", help="experiment name or .yaml file")
+    _add_overrides(submit)
+    submit.add_argument("--sweep", action="store_true", help="submit 'rl_app sweep EXP' instead of train")
+    submit.add_argument("--no-wait", action="store_true", help="return after submitting (no log streaming)")
+    submit.add_argument("--storage", metavar="URI", help="where the job writes its run folder (s3://, ...)")
+    submit.add_argument("--runs-dir", help="run folders on the cluster (default: ./runs, absolute)")
+    _add_job_target(submit)
+
+    jobs = commands.add_parser("jobs", help="list, inspect, follow or stop Ray Jobs")
+    jobs.add_argument("action", choices=("list", "status", "logs", "stop"))
+    jobs.add_argument("job_id", metavar="JOB_ID", nargs="?", help="the job (not for list)")
+    jobs.add_argument("--follow", action="store_true", help="logs: keep streaming until the job ends")
+    _add_job_target(jobs)
+
     runs = commands.add_parser("runs", help="list runs: experiment, status, best return, checkpoint")
     _add_runs_dir(runs)
 
@@ -111,6 +137,15 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})")
     return value
+
+
+def _add_job_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--address", help="the cluster's dashboard, http://HOST:8265 (default: the one 'cluster up' started)"
+    )
+    parser.add_argument(
+        "--token-file", help="the cluster's auth token (default: $RAY_AUTH_TOKEN, or cluster up's)"
+    )
 
 
 def _add_runs_dir(parser: argparse.ArgumentParser) -> None:
@@ -166,6 +201,53 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if summary.status == "interrupted" else 0
 
 
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    from rl_app.cluster import cluster_down, cluster_up
+
+    if args.action == "up":
+        state = cluster_up(
+            port=args.port, dashboard_port=args.dashboard_port, num_cpus=args.num_cpus, bind=args.bind
+        )
+        print(f"Ray head node up: jobs at {state.address}, ray.init(address='{state.gcs_address}')")
+        print(f"Token auth on; token in {state.token_file} (mode 0600). Stop it with: rl_app cluster down")
+    else:
+        print(f"Stopped the {cluster_down()} processes of the local cluster")
+    return 0
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from rl_app.jobs import submit
+
+    _, status = submit(
+        args.experiment,
+        args.overrides,
+        sweep=args.sweep,
+        address=args.address,
+        token_file=args.token_file,
+        runs_dir=args.runs_dir,
+        storage=args.storage,
+        wait=not args.no_wait,
+    )
+    return 1 if status in ("FAILED", "STOPPED") else 0
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    from rl_app import jobs
+
+    if args.action == "list":
+        jobs.list_jobs(args.address, args.token_file)
+        return 0
+    if not args.job_id:
+        raise UserError(f"jobs {args.action} needs a JOB_ID (see rl_app jobs list)")
+    if args.action == "status":
+        jobs.job_status(args.job_id, args.address, args.token_file)
+    elif args.action == "logs":
+        jobs.job_logs(args.job_id, args.address, args.token_file, follow_logs=args.follow)
+    else:
+        jobs.stop_job(args.job_id, args.address, args.token_file)
+    return 0
+
+
 def _cmd_runs(args: argparse.Namespace) -> int:
     from rl_app.commands import list_runs
 
@@ -207,6 +289,9 @@ COMMANDS = {
     "show": _cmd_show,
     "train": _cmd_train,
     "sweep": _cmd_sweep,
+    "cluster": _cmd_cluster,
+    "submit": _cmd_submit,
+    "jobs": _cmd_jobs,
     "runs": _cmd_runs,
     "report": _cmd_report,
     "evaluate": _cmd_evaluate,

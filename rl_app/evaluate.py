@@ -75,10 +75,12 @@ def _run_config(checkpoint: Path) -> tuple[Path | None, dict[str, Any]]:
     """The run folder holding ``checkpoint`` and its env config (empty when standalone)."""
     from rl_app.config.loader import read_yaml
 
-    run_dir = checkpoint.parent.parent
-    if not is_run_dir(run_dir):
-        return None, {}
-    experiment = read_yaml(run_dir / "experiment.yaml") if (run_dir / "experiment.yaml").is_file() else {}
+    run_dir: Path | None = checkpoint.parent.parent
+    if run_dir is not None and is_run_dir(run_dir):
+        source = run_dir / "experiment.yaml"
+    else:  # a sweep trial's checkpoint: its trial folder holds the trial's experiment.yaml
+        run_dir, source = None, checkpoint.parent / "experiment.yaml"
+    experiment = read_yaml(source) if source.is_file() else {}
     env = experiment.get("env", {})
     return run_dir, dict(env.get("config", {})) if isinstance(env, dict) else {}
 

@@ -1,0 +1,144 @@
+"""Docker images, compose file and KubeRay manifests: lint, pins, entry points, resources (no Docker here)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_pins import pins
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKER = REPO / "docker"
+DOCKERFILES = sorted(DOCKER.glob("Dockerfile*"))
+RAY_VERSION = str(pins(REPO / "requirements.txt")["ray"].specifier).removeprefix("==")
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def stage(dockerfile: Path, name: str | None) -> list[tuple[str, str]]:
+    """The instructions of one build stage (``None``: the last one, which ``docker build`` builds)."""
+    stages: list[list[tuple[str, str]]] = []
+    for instruction in instructions(dockerfile):
+        if instruction[0] == "FROM":
+            stages.append([])
+        stages[-1].append(instruction)
+    if name is None:
+        return stages[-1]
+    return next(s for s in stages if s[0][1].endswith(f" AS {name}"))
+
+
+def test_there_is_a_cpu_and_a_cuda_image() -> None:
+    assert [p.name for p in DOCKERFILES] == ["Dockerfile", "Dockerfile.cuda"]
+
+
+def test_hadolint_passes() -> None:
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    result = subprocess.run([hadolint, *map(str, DOCKERFILES)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_images_install_from_the_pin_file_and_run_rl_app_as_non_root(dockerfile: Path) -> None:
+    steps = instructions(dockerfile)
+    copies = [args for kind, args in steps if kind == "COPY"]
+    assert "requirements.txt ./" in copies
+    installs = [args for kind, args in steps if kind == "RUN" and "pip install" in args]
+    assert any("-r requirements.txt" in args for args in installs)
+    # No package pinned a second time in the image, where it could drift from requirements.txt.
+    assert not any(re.search(r"pip install[^&]*\b[\w-]+==", args) for args in installs)
+    index = "whl/cpu" if dockerfile.name == "Dockerfile" else "whl/cu"
+    assert any(index in args for args in installs)
+    final = stage(dockerfile, None)
+    users = [args for kind, args in steps if kind == "USER"]
+    assert users and all(u.isdigit() and int(u) > 0 for u in users)
+    assert ("ENTRYPOINT", '["rl_app"]') in final
+    assert any("rl_app --help" in args for kind, args in steps if kind == "RUN")  # installed and starts
+
+
+def test_the_entry_point_exists_in_the_package() -> None:
+    import tomllib
+
+    script = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["rl_app"]
+    module, _, function = script.partition(":")
+    result = subprocess.run(
+        [sys.executable, "-c", f"import {module}; assert callable({module}.{function})"], timeout=60
+    )
+    assert result.returncode == 0
+
+
+def test_jupyter_target_exposes_notebook_and_tensorboard_ports() -> None:
+    jupyter = stage(DOCKER / "Dockerfile", "jupyter")
+    exposed = {port for kind, args in jupyter if kind == "EXPOSE" for port in args.split()}
+    assert {"8888", "6006"} <= exposed
+    assert any("requirements-notebook.txt" in args for kind, args in jupyter if kind == "RUN")
+    assert all(str(r.specifier).startswith("==") for r in pins(REPO / "requirements-notebook.txt").values())
+
+
+def load_all(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def containers(pod_template: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(pod_template["spec"]["containers"])
+
+
+def test_raycluster_manifest() -> None:
+    (cluster,) = load_all(DOCKER / "k8s" / "raycluster.yaml")
+    assert cluster["apiVersion"] == "ray.io/v1" and cluster["kind"] == "RayCluster"
+    spec = cluster["spec"]
+    assert spec["rayVersion"] == RAY_VERSION
+    groups = {g["groupName"]: g for g in spec["workerGroupSpecs"]}
+    assert set(groups) == {"cpu", "gpu"}
+    pods = [spec["headGroupSpec"]["template"], *(g["template"] for g in groups.values())]
+    for pod in pods:
+        for container in containers(pod):
+            assert container["image"].split(":")[1].startswith(f"0.1.0-ray{RAY_VERSION}-"), container["image"]
+            for kind in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(container["resources"][kind])
+            env = {e["name"]: e for e in container["env"]}
+            assert env["RAY_AUTH_MODE"]["value"] == "token"
+            assert "secretKeyRef" in env["RAY_AUTH_TOKEN"]["valueFrom"]
+            assert any(m["mountPath"] == "/dev/shm" for m in container["volumeMounts"])
+    gpu = containers(groups["gpu"]["template"])[0]
+    assert gpu["image"].endswith("-cuda") and gpu["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert groups["gpu"]["minReplicas"] == 0  # optional: scaled up only when asked for
+    for group in groups.values():  # workers on spot/preemptible nodes
+        pod = group["template"]["spec"]
+        assert "cloud.google.com/gke-spot" in pod["nodeSelector"]
+        assert any(t["key"] == "cloud.google.com/gke-spot" for t in pod["tolerations"])
+
+
+def test_rayjob_manifest_trains_with_checkpoints_on_storage() -> None:
+    (job,) = load_all(DOCKER / "k8s" / "rayjob.yaml")
+    (cluster,) = load_all(DOCKER / "k8s" / "raycluster.yaml")
+    assert job["kind"] == "RayJob"
+    assert job["spec"]["clusterSelector"]["ray.io/cluster"] == cluster["metadata"]["name"]
+    entrypoint = job["spec"]["entrypoint"].split()
+    assert entrypoint[:3] == ["rl_app", "train", "ppo_cartpole"]
+    assert (REPO / "experiments" / "ppo_cartpole.yaml").is_file()
+    assert entrypoint[entrypoint.index("--storage") + 1].startswith("s3://")
+    submitter = containers(job["spec"]["submitterPodTemplate"])[0]
+    assert f"ray{RAY_VERSION}" in submitter["image"] and submitter["resources"]["limits"]
+
+
+def test_compose_cluster_keeps_the_jobs_api_on_the_hosts_loopback() -> None:
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    assert set(services) == {"head", "worker"}
+    assert services["head"]["ports"] == ["127.0.0.1:8265:8265"]
+    assert "--address=head:6379" in services["worker"]["command"]
+    for service in services.values():
+        assert f"ray{RAY_VERSION}" in service["image"]
+        assert service["environment"]["RAY_AUTH_MODE"] == "token"
+        assert service["shm_size"]
