@@ -113,6 +113,9 @@ def test_asha_sweep_ranks_trials_writes_results_and_the_best_config_trains(
     checkpoint = Path(best.checkpoint)
     assert checkpoint.parent == Path(best.trial_dir)
     assert read_info(checkpoint).algorithm == "PPO"  # our marker: evaluate/export/--init-from take it
+    from rl_app.evaluate import evaluate
+
+    assert evaluate(str(checkpoint), episodes=2, console=quiet())["return"]["mean"] > 0
 
     best_file = summary.best_experiment
     assert best_file == sweep_dir / "tiny_best.yaml"
