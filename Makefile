@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench-learning bench-sweep clean-env
+.PHONY: help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -101,6 +101,13 @@ test: setup ## the full test suite, learning tests included
 
 test-fast: setup ## everything but the slow learning tests
 	$(BIN)/python -m pytest tests -m "not slow"
+
+bench: setup ## rl_app vs Stable-Baselines3 (time to solve, 3 seeds), sampling vs raw env, start-up
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	$(BIN)/python bench/compare.py $(ARGS)
+
+bench-quick: setup ## start-up and sampling throughput only (~2 min)
+	$(BIN)/python bench/compare.py --quick $(ARGS)
 
 bench-learning: setup ## train every shipped experiment as shipped and check its target return
 	$(BIN)/python bench/learning.py $(EXPS)

@@ -24,7 +24,8 @@ def test_required_pins_are_exact() -> None:
     assert str(runtime["ray"].specifier) == "==2.60.0"
     assert runtime["ray"].extras == {"rllib", "tune", "default"}
     assert str(runtime["torch"].specifier) == "==2.13.0"
-    for name, requirement in {**runtime, **pins(REPO / "requirements-dev.txt")}.items():
+    extras = {**pins(REPO / "requirements-dev.txt"), **pins(REPO / "requirements-bench.txt")}
+    for name, requirement in {**runtime, **extras, **pins(REPO / "requirements-notebook.txt")}.items():
         assert re.fullmatch(r"==[\w.]+", str(requirement.specifier)), f"{name} is not pinned exactly"
 
 

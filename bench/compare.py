@@ -1,0 +1,256 @@
+"""Side-by-side benchmarks, measured in the same run on the same machine and reported as ratios.
+
+    python bench/compare.py [--quick] [--seeds N]
+
+1. start-up: `rl_app --help` and a bare `python -c "import ray"`.
+2. PPO CartPole-v1 time to solve: the whole `rl_app train ppo_cartpole` process vs
+   Stable-Baselines3 PPO with RL Zoo's CartPole-v1 hyperparameters, same protocol: 10
+   deterministic evaluation episodes every 8,000 env steps, solved at mean >= 475.
+3. sampling: env steps/s of our env runners (the experiment's model, 0/1/2 remote runners)
+   vs the raw gymnasium vector env stepping random actions (the ceiling).
+
+Writes bench/results/compare-<date>.json and .md. No timing is asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+TARGET = 475.0
+EVAL_EVERY = 8_000  # env steps between evaluations, both libraries
+EVAL_EPISODES = 10
+
+
+def timed(command: list[str], **kwargs: Any) -> float:
+    began = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, **kwargs)
+    return time.perf_counter() - began
+
+
+def startup() -> dict[str, float]:
+    rl_app = str(Path(sys.executable).with_name("rl_app"))
+    help_s = statistics.median(timed([rl_app, "--help"]) for _ in range(5))
+    ray_s = statistics.median(timed([sys.executable, "-c", "import ray"]) for _ in range(5))
+    return {"rl_app_help_s": help_s, "import_ray_s": ray_s, "ratio": help_s / ray_s}
+
+
+def ours_time_to_solve(seed: int) -> dict[str, float]:
+    """The whole process (Ray start included), evaluation every 2 iterations of 4,000 steps."""
+    with tempfile.TemporaryDirectory() as runs:
+        command = [
+            sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--runs-dir", runs,
+            "--set", f"seed={seed}", "--set", f"evaluation.interval={EVAL_EVERY // 4000}",
+        ]  # fmt: skip
+        env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+        wall = timed(command, env=env)
+        (summary,) = Path(runs).glob("ppo_cartpole/*/summary.json")
+        data = json.loads(summary.read_text())
+    return {"wall_s": wall, "timesteps": data["timesteps"], "solved": data["best_eval_return"] >= TARGET}
+
+
+SB3_SCRIPT = r"""
+import json, sys, time
+began = time.perf_counter()
+import gymnasium as gym
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
+from stable_baselines3.common.env_util import make_vec_env
+
+torch.set_num_threads(1)
+seed, target, every, episodes = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+# RL Zoo's hyperparameters for CartPole-v1 (hyperparams/ppo.yml).
+def linear(start):
+    return lambda progress: progress * start
+env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+            ent_coef=0.0, learning_rate=linear(0.001), clip_range=linear(0.2), seed=seed, verbose=0)
+stop = StopTrainingOnRewardThreshold(reward_threshold=target, verbose=0)
+evaluation = EvalCallback(gym.make("CartPole-v1"), callback_on_new_best=stop, eval_freq=every // 8,
+                          n_eval_episodes=episodes, deterministic=True, verbose=0)
+model.learn(total_timesteps=100_000, callback=evaluation)
+print(json.dumps({"timesteps": model.num_timesteps, "best": float(evaluation.best_mean_reward),
+                  "wall_s": time.perf_counter() - began}))
+"""
+
+
+def sb3_time_to_solve(seed: int) -> dict[str, float]:
+    began = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-c", SB3_SCRIPT, str(seed), str(TARGET), str(EVAL_EVERY), str(EVAL_EPISODES)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    wall = time.perf_counter() - began
+    return {"wall_s": wall, "timesteps": data["timesteps"], "solved": data["best"] >= TARGET}
+
+
+def time_to_solve(seeds: list[int]) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, float]]] = {"rl_app": [], "sb3": []}
+    for seed in seeds:  # interleaved, so drift on a shared machine hits both alike
+        runs["rl_app"].append(ours_time_to_solve(seed))
+        runs["sb3"].append(sb3_time_to_solve(seed))
+    summary: dict[str, Any] = {"seeds": seeds, "runs": runs}
+    for name, rows in runs.items():
+        walls = [r["wall_s"] for r in rows]
+        summary[name] = {
+            "median_wall_s": statistics.median(walls),
+            "min_wall_s": min(walls),
+            "max_wall_s": max(walls),
+            "median_timesteps": statistics.median(r["timesteps"] for r in rows),
+            "solved": sum(bool(r["solved"]) for r in rows),
+        }
+    summary["ratio"] = summary["rl_app"]["median_wall_s"] / summary["sb3"]["median_wall_s"]
+    return summary
+
+
+def raw_ceiling(env_id: str, num_envs: int, steps: int) -> float:
+    import gymnasium
+
+    envs = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    began = time.perf_counter()
+    for _ in range(steps // num_envs):
+        envs.step(envs.action_space.sample())
+    elapsed = time.perf_counter() - began
+    envs.close()
+    return steps / elapsed
+
+
+def sampling(experiment: str, runners: int, steps: int) -> float:
+    """Env steps/s of the experiment's env runners (its model doing inference), no learning."""
+    from rl_app.config import load_experiment
+    from rl_app.resources import plan_resources
+    from rl_app.rllib_adapter import build_algorithm_config
+
+    loaded = load_experiment(experiment, [f"env_runners.num_env_runners={runners}", "evaluation.interval=0"])
+    plan = plan_resources(loaded.config, max(2, runners + 1), 0)
+    algo = build_algorithm_config(loaded.config, plan, loaded.source).build_algo()
+    try:
+        group = algo.env_runner_group
+        per_runner = steps // max(1, runners)
+
+        def sample(runner: Any) -> int:
+            return sum(len(e) for e in runner.sample(num_timesteps=per_runner, random_actions=False))
+
+        sample_all = (
+            (lambda: [sample(algo.env_runner)])
+            if runners == 0
+            else (lambda: group.foreach_env_runner(sample, local_env_runner=False))
+        )
+        sample_all()  # warm-up: connectors, first inference
+        began = time.perf_counter()
+        total = sum(sample_all())
+        return total / (time.perf_counter() - began)
+    finally:
+        algo.stop()
+
+
+def throughput(steps: int) -> dict[str, Any]:
+    import ray
+
+    from rl_app.config import load_experiment
+
+    rows: dict[str, Any] = {}
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    try:
+        for experiment in ("ppo_cartpole", "sac_pendulum"):
+            config = load_experiment(experiment).config
+            ceiling = raw_ceiling(config.env.id, config.env_runners.num_envs_per_env_runner, steps)
+            rows[experiment] = {"env": config.env.id, "raw_single_process_steps_per_s": ceiling}
+            for runners in (0, 1, 2):
+                rate = sampling(experiment, runners, steps)
+                # The ceiling for N remote runners is N processes of raw stepping.
+                rows[experiment][f"{runners}_runners"] = {
+                    "steps_per_s": rate,
+                    "fraction_of_ceiling": rate / (ceiling * max(1, runners)),
+                }
+    finally:
+        ray.shutdown()
+    return rows
+
+
+def markdown(results: dict[str, Any]) -> str:
+    s = results["startup"]
+    lines = [
+        f"# rl_app benchmarks, {results['date']} ({results['machine']})",
+        "",
+        "| start-up | seconds |",
+        "|---|---|",
+        f"| `rl_app --help` | {s['rl_app_help_s']:.2f} |",
+        f"| `python -c 'import ray'` | {s['import_ray_s']:.2f} |",
+    ]
+    if "time_to_solve" in results:
+        t = results["time_to_solve"]
+        lines += [
+            "",
+            f"PPO CartPole-v1, time to eval return >= {TARGET:g} "
+            f"(seeds {t['seeds']}; eval every {EVAL_EVERY:,} steps)",
+            "",
+            "| | median wall s | min-max | median steps | solved |",
+            "|---|---|---|---|---|",
+        ]
+        for name in ("rl_app", "sb3"):
+            r = t[name]
+            lines.append(
+                f"| {name} | {r['median_wall_s']:.1f} | {r['min_wall_s']:.1f}-{r['max_wall_s']:.1f} | "
+                f"{r['median_timesteps']:,.0f} | {r['solved']}/{len(t['seeds'])} |"
+            )
+        lines.append(f"\nrl_app / SB3 median wall time: **{t['ratio']:.2f}x**")
+    lines += [
+        "",
+        "| sampling | raw env steps/s | 0 runners | 1 runner | 2 runners |",
+        "|---|---|---|---|---|",
+    ]
+    for experiment, row in results["throughput"].items():
+        cells = [
+            f"{row[f'{n}_runners']['steps_per_s']:,.0f} ({row[f'{n}_runners']['fraction_of_ceiling']:.0%})"
+            for n in (0, 1, 2)
+        ]
+        lines.append(
+            f"| {experiment} ({row['env']}) | {row['raw_single_process_steps_per_s']:,.0f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="start-up and sampling only (~2 min)")
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    results: dict[str, Any] = {"date": date.today().isoformat(), "machine": f"{os.cpu_count()} CPUs"}
+    results["startup"] = startup()
+    if not args.quick:
+        results["time_to_solve"] = time_to_solve(list(range(args.seeds)))
+    results["throughput"] = throughput(steps=20_000 if args.quick else 50_000)
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"compare-{results['date']}{'-quick' if args.quick else ''}"
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    stem.with_suffix(".md").write_text(table)
+    print(table)
+    print(f"wrote {stem}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
