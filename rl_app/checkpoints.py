@@ -54,6 +54,22 @@ class CheckpointInfo:
         return -math.inf
 
 
+def checkpoint_info(
+    experiment: Any, name: str, *, iteration: int, timesteps: int, return_mean: float, eval_return_mean: float
+) -> CheckpointInfo:
+    """The marker of a checkpoint of ``experiment`` (run or sweep trial) at this point of training."""
+    return CheckpointInfo(
+        iteration=iteration,
+        timesteps=timesteps,
+        return_mean=return_mean,
+        eval_return_mean=eval_return_mean,
+        algorithm=experiment.algorithm,
+        env=experiment.env.id,
+        experiment=name,
+        replay_buffer=experiment.checkpoint.replay_buffer,
+    )
+
+
 def checkpoints_dir(run_dir: Path) -> Path:
     return run_dir / "checkpoints"
 

@@ -27,7 +27,7 @@ from rich.console import Console
 
 from rl_app.config import load_experiment
 from rl_app.config.loader import read_yaml, validate_experiment, with_values
-from rl_app.config.sweep import trial_data
+from rl_app.config.sweep import asha_max_t, metric_name, trial_data
 from rl_app.errors import UserError
 from rl_app.progress import format_value, sweep_console, trial_table
 from rl_app.resources import ResourcePlan, plan_resources
@@ -76,7 +76,7 @@ class SweepLocation:
         try:
             with self._fs().open_input_stream(fs_path) as handle:
                 return bytes(handle.read()).decode(errors="replace")
-        except (FileNotFoundError, OSError):
+        except OSError:  # missing included
             return None
 
     def write_text(self, fs_path: str, text: str) -> None:
@@ -164,11 +164,6 @@ def tune_domain(entry: Any) -> Any:
     }[entry.kind]()
 
 
-def metric_name(experiment: Any) -> str:
-    sweep = experiment.sweep
-    return str(sweep.metric or ("eval_return" if experiment.evaluation.interval else "return"))
-
-
 def _search_algorithm(sweep: Any, seed: int, concurrent: int) -> Any:
     if sweep.search == "optuna":
         from ray.tune.search import ConcurrencyLimiter
@@ -187,8 +182,8 @@ def _scheduler(experiment: Any) -> Any:
     spec = sweep.scheduler
     time_attr = TIME_ATTRS[spec.time_attr]
     if spec.type == "asha":
-        stop = sweep.stop or experiment.stop
-        max_t = spec.max_t or (stop.timesteps if spec.time_attr == "timesteps" else stop.iterations)
+        max_t = asha_max_t(experiment)
+        assert max_t is not None  # check_sweep refused an ASHA sweep without one
         grace = spec.grace_period or max(1, int(max_t / spec.reduction_factor**2))
         return ASHAScheduler(
             time_attr=time_attr, max_t=max_t, grace_period=grace, reduction_factor=spec.reduction_factor

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from rl_app.checkpoints import (
     CheckpointError,
-    CheckpointInfo,
+    checkpoint_info,
     latest_checkpoint,
     read_info,
     save_checkpoint,
@@ -206,15 +206,13 @@ class TrainingRun:
 
     def _checkpoint(self, metrics: IterationMetrics) -> Path:
         spec = self.experiment.checkpoint
-        info = CheckpointInfo(
+        info = checkpoint_info(
+            self.experiment,
+            self.name,
             iteration=metrics.iteration,
             timesteps=metrics.timesteps,
             return_mean=metrics.return_mean,
             eval_return_mean=metrics.eval_return_mean,
-            algorithm=self.experiment.algorithm,
-            env=self.experiment.env.id,
-            experiment=self.name,
-            replay_buffer=spec.replay_buffer,
         )
         path, pruned = save_checkpoint(self.algo, self.run_dir, info, spec.keep, extra=_save_rng_state)
         if self.mirror is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ray import tune
 
-from rl_app.checkpoints import CheckpointInfo, read_info, restore_algorithm, write_checkpoint
+from rl_app.checkpoints import checkpoint_info, read_info, restore_algorithm, write_checkpoint
 from rl_app.resources import ResourcePlan
 
 TRIAL_STATE = "trial_state.json"
@@ -75,15 +75,13 @@ class ExperimentTrial(tune.Trainable):
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         folder = Path(checkpoint_dir)
-        info = CheckpointInfo(
+        info = checkpoint_info(
+            self.experiment,
+            self.name,
             iteration=self.iteration,
             timesteps=self.timesteps,
             return_mean=self.last_return,
             eval_return_mean=self.last_eval,
-            algorithm=self.experiment.algorithm,
-            env=self.experiment.env.id,
-            experiment=self.name,
-            replay_buffer=self.experiment.checkpoint.replay_buffer,
         )
         elapsed = self.elapsed_before + time.monotonic() - self.started
         state = {"elapsed_s": elapsed, "last_return": self.last_return, "last_eval": self.last_eval}

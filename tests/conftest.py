@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import local_ray
 
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -18,13 +19,8 @@ SHIPPED_EXPERIMENTS = REPO / "experiments"
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
     """One small local Ray for the whole test module, always shut down."""
-    import ray
-
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    try:
+    with local_ray():
         yield
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture

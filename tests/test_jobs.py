@@ -9,18 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import SMALL_PPO
 
 from rl_app.cli import main
 from rl_app.cluster import ClusterState, cluster_down, cluster_up, free_port, listening_addresses
 from rl_app.jobs import Connection, client, submit
 
 pytestmark = pytest.mark.ray
-SMALL_PPO = [
-    "training.train_batch_size_per_learner=400",
-    "training.minibatch_size=100",
-    "training.num_epochs=1",
-    "evaluation.interval=0",
-]
 
 
 @pytest.fixture(scope="module")

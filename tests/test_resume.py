@@ -13,18 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import SMALL_PPO
 
 from rl_app.checkpoints import MARKER, list_checkpoints, read_info
 from rl_app.errors import UserError
 from rl_app.train import train
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL_PPO = [
-    "training.train_batch_size_per_learner=400",
-    "training.minibatch_size=100",
-    "training.num_epochs=1",
-    "evaluation.interval=0",
-]
 pytestmark = pytest.mark.ray
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import SMALL_PPO, local_ray
 
 from rl_app.errors import UserError
 from rl_app.storage import StorageError, list_dirs, open_storage
@@ -15,12 +15,6 @@ from rl_app.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "rl-app-test"
-SMALL_PPO = [
-    "training.train_batch_size_per_learner=400",
-    "training.minibatch_size=100",
-    "training.num_epochs=1",
-    "evaluation.interval=0",
-]
 
 
 @pytest.fixture(scope="module")
@@ -71,20 +65,8 @@ def s3() -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="module")
 def ray_session(s3: dict[str, str]) -> Iterator[None]:
     """A small Ray whose workers hold the S3 keys (sweep trials upload their own checkpoints)."""
-    import ray
-
-    previous = {name: os.environ.get(name) for name in s3}
-    os.environ.update(s3)
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    try:
+    with local_ray(s3):
         yield
-    finally:
-        ray.shutdown()
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture

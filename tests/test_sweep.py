@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import local_ray
 from rich.console import Console
 
 from rl_app.checkpoints import read_info
@@ -40,19 +41,9 @@ sweep:
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
     """Like conftest's, but trial actors can import tests/faulty_env.py."""
-    import ray
-
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), previous) if p)
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    try:
+    pythonpath = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
+    with local_ray({"PYTHONPATH": pythonpath}):
         yield
-    finally:
-        ray.shutdown()
-        if previous is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = previous
 
 
 def write_sweep(folder: Path, name: str, sweep: str, env: str = "CartPole-v1", timesteps: int = 2000) -> None:

@@ -32,6 +32,19 @@ def trial_data(data: dict[str, Any]) -> dict[str, Any]:
     return trial
 
 
+def metric_name(experiment: Any) -> str:
+    """The sweep's metric: as set, else eval_return when evaluation is on, else return."""
+    return str(experiment.sweep.metric or ("eval_return" if experiment.evaluation.interval else "return"))
+
+
+def asha_max_t(experiment: Any) -> int | None:
+    """ASHA's longest trial: ``max_t``, else the trial stop rule in the scheduler's time unit."""
+    sweep = experiment.sweep
+    stop = sweep.stop or experiment.stop
+    fallback = stop.timesteps if sweep.scheduler.time_attr == "timesteps" else stop.iterations
+    return sweep.scheduler.max_t or fallback
+
+
 def check_sweep(data: dict[str, Any], experiment: Any, source_of: Callable[[str], str]) -> None:
     """Raise ConfigError naming ``sweep.<key>`` for anything the sweep cannot run."""
     from rl_app.config.loader import validate_experiment, with_values
@@ -72,13 +85,10 @@ def check_sweep(data: dict[str, Any], experiment: Any, source_of: Callable[[str]
             if entry.kind == "grid":
                 raise ConfigError(source, "PBT mutates sampled values; use choice, not grid", key=where)
 
-    metric = sweep.metric or ("eval_return" if experiment.evaluation.interval else "return")
-    if metric == "eval_return" and not experiment.evaluation.interval:
+    if metric_name(experiment) == "eval_return" and not experiment.evaluation.interval:
         raise ConfigError(source, "eval_return needs evaluation.interval > 0", key="sweep.metric")
     scheduler = sweep.scheduler
-    stop = sweep.stop or experiment.stop
-    budget = stop.timesteps if scheduler.time_attr == "timesteps" else stop.iterations
-    if scheduler.type == "asha" and scheduler.max_t is None and budget is None:
+    if scheduler.type == "asha" and asha_max_t(experiment) is None:
         raise ConfigError(
             source,
             f"ASHA needs max_t, or stop.{scheduler.time_attr} in the trial stop rule",
