@@ -102,12 +102,14 @@ test: setup ## the full test suite, learning tests included
 test-fast: setup ## everything but the slow learning tests
 	$(BIN)/python -m pytest tests -m "not slow"
 
-bench: setup ## rl_app vs Stable-Baselines3 (time to solve, 3 seeds), sampling vs raw env, start-up
+bench: setup ## rl_app vs Stable-Baselines3 (PPO and DQN time to solve, 3 seeds), sampling, learner, start-up (~25 min)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python bench/compare.py $(ARGS)
+	$(BIN)/python bench/learner.py
 
-bench-quick: setup ## start-up and sampling throughput only (~2 min)
+bench-quick: setup ## start-up, sampling and learner throughput only (~3 min)
 	$(BIN)/python bench/compare.py --quick $(ARGS)
+	$(BIN)/python bench/learner.py --updates 10
 
 bench-learning: setup ## train every shipped experiment as shipped and check its target return
 	$(BIN)/python bench/learning.py $(EXPS)

@@ -3,9 +3,10 @@
     python bench/compare.py [--quick] [--seeds N]
 
 1. start-up: `rl_app --help` and a bare `python -c "import ray"`.
-2. PPO CartPole-v1 time to solve: the whole `rl_app train ppo_cartpole` process vs
-   Stable-Baselines3 PPO with RL Zoo's CartPole-v1 hyperparameters, same protocol: 10
-   deterministic evaluation episodes every 8,000 env steps, solved at mean >= 475.
+2. PPO and DQN CartPole-v1 time to solve: the whole `rl_app train ppo_cartpole` /
+   `dqn_cartpole` process vs Stable-Baselines3 with RL Zoo's CartPole-v1 hyperparameters,
+   same protocol: 10 deterministic evaluation episodes every N env steps, solved at mean
+   >= 475, each run capped in time (an unsolved run counts at the cap).
 3. sampling: env steps/s of our env runners (the experiment's model, 0/1/2 remote runners)
    vs the raw gymnasium vector env stepping random actions (the ceiling).
 
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 TARGET = 475.0
-EVAL_EVERY = 8_000  # env steps between evaluations, both libraries
 EVAL_EPISODES = 10
 
 
@@ -62,18 +63,49 @@ def startup() -> dict[str, float]:
     }
 
 
-def ours_time_to_solve(seed: int) -> dict[str, float]:
-    """The whole process (Ray start included), evaluation every 2 iterations of 4,000 steps."""
+@dataclass(frozen=True)
+class SolveCase:
+    """One time-to-solve comparison: our experiment vs SB3 with RL Zoo's hyperparameters."""
+
+    experiment: str
+    sb3_algorithm: str
+    eval_every: int  # env steps between evaluations, both libraries
+    time_cap_s: float  # a run that has not solved by then stops and counts as unsolved
+
+
+CASES = {
+    # 8,192 = 16 of ppo_cartpole's 512-step iterations = 1,024 of SB3's 8-env vector steps.
+    "ppo": SolveCase("ppo_cartpole", "PPO", eval_every=8_192, time_cap_s=120),
+    # dqn_cartpole iterations are ~1,000 steps (RLlib's min_sample_timesteps_per_iteration).
+    "dqn": SolveCase("dqn_cartpole", "DQN", eval_every=5_000, time_cap_s=240),
+}
+
+
+def ours_time_to_solve(case: SolveCase, seed: int) -> dict[str, float]:
+    """The whole `rl_app train` process, Ray start included."""
+    from rl_app.config import load_experiment
+
+    experiment = load_experiment(case.experiment).config
+    if experiment.algorithm == "PPO":
+        interval = case.eval_every // experiment.training.train_batch_size_per_learner
+    else:
+        interval = max(1, case.eval_every // 1000)
     with tempfile.TemporaryDirectory() as runs:
         command = [
-            sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--runs-dir", runs,
-            "--set", f"seed={seed}", "--set", f"evaluation.interval={EVAL_EVERY // 4000}",
+            sys.executable, "-m", "rl_app", "train", case.experiment, "--runs-dir", runs,
+            "--set", f"seed={seed}", "--set", f"evaluation.interval={interval}",
+            "--set", f"stop.time_s={case.time_cap_s}", "--set", "stop.timesteps=1000000",
         ]  # fmt: skip
         env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
         wall = timed(command, env=env)
-        (summary,) = Path(runs).glob("ppo_cartpole/*/summary.json")
+        (summary,) = Path(runs).glob(f"{case.experiment}/*/summary.json")
         data = json.loads(summary.read_text())
-    return {"wall_s": wall, "timesteps": data["timesteps"], "solved": data["best_eval_return"] >= TARGET}
+    return {
+        "wall_s": wall,
+        "timesteps": data["timesteps"],
+        "best_eval": data["best_eval_return"],
+        "solved": data["best_eval_return"] >= TARGET,
+    }
 
 
 SB3_SCRIPT = r"""
@@ -81,46 +113,67 @@ import json, sys, time
 began = time.perf_counter()
 import gymnasium as gym
 import torch
-from stable_baselines3 import PPO
-from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
+from stable_baselines3 import DQN, PPO
+from stable_baselines3.common.callbacks import (
+    BaseCallback, CallbackList, EvalCallback, StopTrainingOnRewardThreshold)
 from stable_baselines3.common.env_util import make_vec_env
 
 torch.set_num_threads(1)
-seed, target, every, episodes = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-# RL Zoo's hyperparameters for CartPole-v1 (hyperparams/ppo.yml).
+algorithm, seed, target, every, episodes, cap = (
+    sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
 def linear(start):
     return lambda progress: progress * start
-env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-            ent_coef=0.0, learning_rate=linear(0.001), clip_range=linear(0.2), seed=seed, verbose=0)
+# RL Zoo's hyperparameters for CartPole-v1 (hyperparams/ppo.yml, dqn.yml).
+if algorithm == "PPO":
+    n_envs = 8
+    env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                ent_coef=0.0, learning_rate=linear(0.001), clip_range=linear(0.2), seed=seed, verbose=0)
+    budget = 100_000
+else:
+    n_envs = 1
+    env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)
+    model = DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                learning_starts=1000, gamma=0.99, target_update_interval=10,
+                train_freq=256, gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
+                policy_kwargs=dict(net_arch=[256, 256]), seed=seed, verbose=0)
+    budget = 50_000 * 2  # RL Zoo trains 50k steps; allow twice that to reach the target
+
+class TimeCap(BaseCallback):
+    def _on_step(self):
+        return time.perf_counter() - began < cap
+
 stop = StopTrainingOnRewardThreshold(reward_threshold=target, verbose=0)
-evaluation = EvalCallback(gym.make("CartPole-v1"), callback_on_new_best=stop, eval_freq=every // 8,
+evaluation = EvalCallback(gym.make("CartPole-v1"), callback_on_new_best=stop, eval_freq=every // n_envs,
                           n_eval_episodes=episodes, deterministic=True, verbose=0)
-model.learn(total_timesteps=100_000, callback=evaluation)
+model.learn(total_timesteps=budget, callback=CallbackList([evaluation, TimeCap()]))
 print(json.dumps({"timesteps": model.num_timesteps, "best": float(evaluation.best_mean_reward),
                   "wall_s": time.perf_counter() - began}))
 """
 
 
-def sb3_time_to_solve(seed: int) -> dict[str, float]:
+def sb3_time_to_solve(case: SolveCase, seed: int) -> dict[str, float]:
     began = time.perf_counter()
+    arguments = [case.sb3_algorithm, seed, TARGET, case.eval_every, EVAL_EPISODES, case.time_cap_s]
     result = subprocess.run(
-        [sys.executable, "-c", SB3_SCRIPT, str(seed), str(TARGET), str(EVAL_EVERY), str(EVAL_EPISODES)],
-        check=True,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-c", SB3_SCRIPT, *map(str, arguments)], check=True, capture_output=True, text=True
     )
     data = json.loads(result.stdout.strip().splitlines()[-1])
     wall = time.perf_counter() - began
-    return {"wall_s": wall, "timesteps": data["timesteps"], "solved": data["best"] >= TARGET}
+    return {
+        "wall_s": wall,
+        "timesteps": data["timesteps"],
+        "best_eval": data["best"],
+        "solved": data["best"] >= TARGET,
+    }
 
 
-def time_to_solve(seeds: list[int]) -> dict[str, Any]:
+def time_to_solve(case: SolveCase, seeds: list[int]) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"rl_app": [], "sb3": []}
     for seed in seeds:  # interleaved, so drift on a shared machine hits both alike
-        runs["rl_app"].append(ours_time_to_solve(seed))
-        runs["sb3"].append(sb3_time_to_solve(seed))
-    summary: dict[str, Any] = {"seeds": seeds, "runs": runs}
+        runs["rl_app"].append(ours_time_to_solve(case, seed))
+        runs["sb3"].append(sb3_time_to_solve(case, seed))
+    summary: dict[str, Any] = {"case": asdict(case), "seeds": seeds, "runs": runs}
     for name, rows in runs.items():
         walls = [r["wall_s"] for r in rows]
         summary[name] = {
@@ -128,9 +181,12 @@ def time_to_solve(seeds: list[int]) -> dict[str, Any]:
             "min_wall_s": min(walls),
             "max_wall_s": max(walls),
             "median_timesteps": statistics.median(r["timesteps"] for r in rows),
+            "median_best_eval": statistics.median(r["best_eval"] for r in rows),
             "solved": sum(bool(r["solved"]) for r in rows),
         }
+    # An unsolved run's wall time is the cap: the ratio is then a lower bound.
     summary["ratio"] = summary["rl_app"]["median_wall_s"] / summary["sb3"]["median_wall_s"]
+    summary["ratio_is_lower_bound"] = summary["rl_app"]["solved"] < len(seeds)
     return summary
 
 
@@ -213,23 +269,28 @@ def markdown(results: dict[str, Any]) -> str:
         f"| `rl_app train`, 1 iteration, whole process | {s['train_process_1_iteration_s']:.1f} |",
         f"| of which the iteration | {s['first_iteration_s']:.1f} |",
     ]
-    if "time_to_solve" in results:
-        t = results["time_to_solve"]
+    for key, t in results.get("time_to_solve", {}).items():
+        case = t["case"]
         lines += [
             "",
-            f"PPO CartPole-v1, time to eval return >= {TARGET:g} "
-            f"(seeds {t['seeds']}; eval every {EVAL_EVERY:,} steps)",
+            f"{key.upper()} CartPole-v1 ({case['experiment']} vs SB3 {case['sb3_algorithm']} + RL Zoo), "
+            f"time to eval return >= {TARGET:g} (seeds {t['seeds']}; {EVAL_EPISODES} deterministic episodes "
+            f"every {case['eval_every']:,} steps; cap {case['time_cap_s']:g} s)",
             "",
-            "| | median wall s | min-max | median steps | solved |",
-            "|---|---|---|---|---|",
+            "| | median wall s | min-max | median steps | median best eval | solved |",
+            "|---|---|---|---|---|---|",
         ]
         for name in ("rl_app", "sb3"):
             r = t[name]
             lines.append(
                 f"| {name} | {r['median_wall_s']:.1f} | {r['min_wall_s']:.1f}-{r['max_wall_s']:.1f} | "
-                f"{r['median_timesteps']:,.0f} | {r['solved']}/{len(t['seeds'])} |"
+                f"{r['median_timesteps']:,.0f} | {r['median_best_eval']:.1f} | "
+                f"{r['solved']}/{len(t['seeds'])} |"
             )
-        lines.append(f"\nrl_app / SB3 median wall time: **{t['ratio']:.2f}x**")
+        bound = (
+            " (at least: rl_app did not solve every seed within the cap)" if t["ratio_is_lower_bound"] else ""
+        )
+        lines.append(f"\nrl_app / SB3 median wall time: **{t['ratio']:.2f}x**{bound}")
     lines += [
         "",
         "| sampling | raw env steps/s | 0 runners | 1 runner | 2 runners |",
@@ -252,13 +313,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="start-up and sampling only (~2 min)")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=sorted(CASES), help="time-to-solve cases to skip"
+    )
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     results: dict[str, Any] = {"date": date.today().isoformat(), "machine": f"{os.cpu_count()} CPUs"}
     results["startup"] = startup()
     if not args.quick:
-        results["time_to_solve"] = time_to_solve(list(range(args.seeds)))
+        cases = [key for key in CASES if key not in args.skip]
+        results["time_to_solve"] = {key: time_to_solve(CASES[key], list(range(args.seeds))) for key in cases}
     results["throughput"] = throughput(steps=20_000 if args.quick else 50_000)
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"compare-{results['date']}{'-quick' if args.quick else ''}"

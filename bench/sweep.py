@@ -3,7 +3,8 @@
     python bench/sweep.py [SWEEP_EXP]      (default: ppo_cartpole_sweep)
 
 Runs the sweep as shipped, then trains the experiment it extends (the hand-tuned one)
-under the same protocol: the sweep's per-trial stop rule, judged by the same metric.
+under the same protocol: the sweep's per-trial stop rule and evaluation interval,
+judged by the same metric.
 Writes bench/results/sweep-<date>.json; exits 1 if the sweep's best is worse.
 """
 
@@ -40,8 +41,11 @@ def main(name: str) -> int:
         summary = run_sweep(name, runs_root=Path(runs_root))
         sweep_wall_s = time.monotonic() - began
         assert summary.best is not None
-        stop = [f"stop={json.dumps(sweep_stop.model_dump(by_alias=True, exclude_none=True))}"]
-        baseline = train(base, stop, runs_root=Path(runs_root))
+        protocol = [
+            f"stop={json.dumps(sweep_stop.model_dump(by_alias=True, exclude_none=True))}",
+            f"evaluation.interval={experiment.evaluation.interval}",
+        ]
+        baseline = train(base, protocol, runs_root=Path(runs_root))
         rows = (baseline.run_dir / "progress.csv").read_text().splitlines()
     header, last = rows[0].split(","), rows[-1].split(",")
     column = "eval_return_mean" if metric == "eval_return" else "return_mean"

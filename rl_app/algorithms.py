@@ -18,13 +18,17 @@ class AlgorithmSpec:
     config_class: str  # "module:Class" of the RLlib AlgorithmConfig subclass
     training: type[TrainingSection]
     off_policy: bool = False
+    # Samples while the learner updates (APPO); synchronous ones alternate the two.
+    asynchronous_sampling: bool = False
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec
     for spec in (
         AlgorithmSpec("PPO", "ray.rllib.algorithms.ppo:PPOConfig", PPOTraining),
-        AlgorithmSpec("APPO", "ray.rllib.algorithms.appo:APPOConfig", PPOTraining),
+        AlgorithmSpec(
+            "APPO", "ray.rllib.algorithms.appo:APPOConfig", PPOTraining, asynchronous_sampling=True
+        ),
         AlgorithmSpec("DQN", "ray.rllib.algorithms.dqn:DQNConfig", DQNTraining, off_policy=True),
         AlgorithmSpec("SAC", "ray.rllib.algorithms.sac:SACConfig", SACTraining, off_policy=True),
     )

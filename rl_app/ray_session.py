@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -29,18 +31,40 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", module="gymnasium")
 
 
+def _import_in_background(modules: Sequence[str]) -> threading.Thread:
+    """Import ``modules`` on a thread while Ray starts: starting Ray is mostly waiting for
+    its processes, importing torch and RLlib is mostly Python, so the two overlap (~1.5 s).
+    An import that fails here fails again, with its real error, where it is used."""
+
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # reported by the real import, where it is used
+                return
+
+    thread = threading.Thread(target=load, name="rl_app-preload", daemon=True)
+    thread.start()
+    return thread
+
+
 @contextmanager
-def ray_session(address: str | None = None, verbose: bool = False) -> Iterator[Cluster]:
+def ray_session(
+    address: str | None = None, verbose: bool = False, preload: Sequence[str] = ()
+) -> Iterator[Cluster]:
     """Connect to ``address`` (or $RAY_ADDRESS), else start a local Ray sized to this machine.
 
     A Ray already initialised by the caller (a test fixture, a notebook) is reused
     and left running; one started here is shut down on exit, Ctrl-C included.
+    ``preload`` names modules to import while Ray starts.
     """
     if not verbose:
         quiet_libraries()
     import ray
 
     from rl_app.resources import local_cpu_count, local_gpu_count
+
+    preloading = _import_in_background(("torch", *preload))
 
     address = address or os.environ.get("RAY_ADDRESS") or None
     owned = not ray.is_initialized()
@@ -57,20 +81,24 @@ def ray_session(address: str | None = None, verbose: bool = False) -> Iterator[C
                     f"cannot connect to Ray at {address}: {first_line(exc, default='')}"
                 ) from None
         else:
+            # GPUs are left to Ray's own detection (torch is still importing); the
+            # count below is capped at what torch can use.
             ray.init(
                 num_cpus=local_cpu_count(),
-                num_gpus=local_gpu_count(),
                 include_dashboard=False,
                 log_to_driver=verbose,
                 logging_level=logging.WARNING if verbose else logging.ERROR,
+                # Ray pre-starts one idle worker per core, which on a small machine competes
+                # with our own start-up for the CPU; env runner actors start their own.
+                _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
             )
+    preloading.join()
     try:
         resources = ray.cluster_resources()
-        yield Cluster(
-            num_cpus=int(resources.get("CPU", 0)),
-            num_gpus=int(resources.get("GPU", 0)),
-            address=address,
-        )
+        num_gpus = int(resources.get("GPU", 0))
+        if not address:
+            num_gpus = min(num_gpus, local_gpu_count())
+        yield Cluster(num_cpus=int(resources.get("CPU", 0)), num_gpus=num_gpus, address=address)
     finally:
         if owned:
             ray.shutdown()

@@ -49,10 +49,14 @@ def local_gpu_count() -> int:
 def plan_resources(experiment: Any, num_cpus: int, num_gpus: float) -> ResourcePlan:
     """Spread env runners over the cores, minus the ones reserved for driver and learner.
 
+    'auto' never gives a synchronous algorithm (PPO, DQN, SAC) a single remote runner:
+    with one, sampling and learning still take turns, so it samples on the driver.
+
     The learner takes a GPU when one is available unless ``learners.device`` says cpu
     (a fraction of one when ``num_gpus`` < 1: sweep trials sharing a GPU);
     ``device: gpu`` without a GPU is an error.
     """
+    from rl_app.algorithms import ALGORITHMS
     from rl_app.errors import UserError
 
     runners = experiment.env_runners
@@ -60,6 +64,10 @@ def plan_resources(experiment: Any, num_cpus: int, num_gpus: float) -> ResourceP
     eval_runners = evaluation.num_env_runners if evaluation.interval else 0
     if runners.num_env_runners == "auto":
         num_env_runners = max(0, num_cpus - runners.reserved_cpus - eval_runners)
+        if num_env_runners == 1 and not ALGORITHMS[experiment.algorithm].asynchronous_sampling:
+            # A synchronous algorithm waits for its one runner, then the runner waits for
+            # the learner: same steps/s as sampling on the driver, plus an actor to start.
+            num_env_runners = 0
     else:
         num_env_runners = runners.num_env_runners
     # Each remote actor holds one CPU; asking for more than exist makes Ray wait forever.

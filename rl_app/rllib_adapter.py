@@ -19,6 +19,11 @@ def algorithm_spec(experiment: Any) -> AlgorithmSpec:
     return ALGORITHMS[experiment.algorithm]
 
 
+def config_module(experiment: Any) -> str:
+    """The module holding the experiment's RLlib ``AlgorithmConfig`` (imports RLlib)."""
+    return algorithm_spec(experiment).config_class.partition(":")[0]
+
+
 def _config_class(spec: AlgorithmSpec) -> type:
     module_name, _, class_name = spec.config_class.partition(":")
     return getattr(importlib.import_module(module_name), class_name)

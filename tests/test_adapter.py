@@ -20,14 +20,16 @@ def build(name: str, *overrides: str, cpus: int = 2, gpus: int = 0):  # type: ig
 
 def test_ppo_settings_reach_rllib(shipped: Path) -> None:
     config, plan = build("ppo_cartpole", "training.lambda=0.95", "seed=11")
-    assert config.lr == pytest.approx(3e-4)
+    assert config.lr == pytest.approx(1e-3)
     assert config.lambda_ == pytest.approx(0.95)
-    assert config.num_epochs == 6 and config.minibatch_size == 128
-    assert config.model_config["fcnet_hiddens"] == [32]
-    assert config.model_config["vf_share_layers"] is True
+    assert config.num_epochs == 10 and config.minibatch_size == 256
+    assert config.use_kl_loss is False and config.grad_clip == pytest.approx(0.5)
+    assert config.model_config["fcnet_hiddens"] == [64, 64]
     assert config.seed == 11
     assert config.env == "CartPole-v1"
-    assert config.num_env_runners == plan.num_env_runners == 1  # 2 cores - 1 reserved
+    assert config.num_envs_per_env_runner == 16
+    # 2 cores - 1 reserved leaves one runner, which PPO would only wait for: sample on the driver.
+    assert config.num_env_runners == plan.num_env_runners == 0
 
 
 def test_dqn_replay_target_and_epsilon_reach_rllib(shipped: Path) -> None:
@@ -49,7 +51,9 @@ def test_evaluation_maps_to_deterministic_episodes(shipped: Path) -> None:
 @pytest.mark.parametrize(
     ("cpus", "gpus", "overrides", "runners", "gpus_per_learner"),
     [
-        (2, 0, (), 1, 0),
+        (2, 0, (), 0, 0),  # one runner would take turns with the learner: the driver samples
+        (2, 0, ("algorithm=APPO", "env_runners.rollout_fragment_length=32"), 1, 0),  # APPO samples while it learns: the runner pays off
+        (3, 0, (), 2, 0),
         (16, 0, (), 15, 0),
         (1, 0, (), 0, 0),
         (16, 1, (), 15, 1),  # a visible GPU is used without any config change

@@ -44,8 +44,9 @@ def test_trial_count_is_samples_times_grid_points(experiments: Path) -> None:
         (16, 0, "", "  num_samples: 1", 3, 4, 0.0),  # 3 trials on 16 cores: 5 each, 4 of them env runners
         (16, 0, "", "  max_concurrent_trials: 4", 4, 3, 0.0),
         (8, 0, "env_runners: {num_env_runners: 2}", "", 2, 2, 0.0),  # fixed runners: 3 CPUs a trial
-        (8, 1, "", "  max_concurrent_trials: 4", 4, 1, 0.25),  # one GPU shared by 4 trials
-        (8, 1, "learners: {device: cpu}", "  max_concurrent_trials: 4", 4, 1, 0.0),
+        (8, 1, "", "  max_concurrent_trials: 4", 4, 0, 0.25),  # one GPU shared by 4 trials
+        (8, 1, "learners: {device: cpu}", "  max_concurrent_trials: 4", 4, 0, 0.0),
+        (12, 0, "", "  max_concurrent_trials: 4", 4, 2, 0.0),
     ],
 )
 def test_resources_rule(

@@ -1,0 +1,150 @@
+"""Learner throughput: train-batch samples/s through RLlib's learner update, CPU vs GPU.
+
+    python bench/learner.py [--updates N]
+
+For PPO (ppo_cartpole: one update = num_epochs passes over the train batch, GAE
+included) and SAC (sac_pendulum: one update = one replay-sampled train batch), the
+update is timed alone: sampling and replay sampling happen between timings. On a
+machine with CUDA the same updates run on the GPU too and the GPU/CPU ratio is
+printed; without one the GPU column says so. Writes bench/results/learner-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+os.environ.setdefault("RL_APP_EXPERIMENTS_DIR", str(REPO / "experiments"))
+
+
+def _build(experiment: str, device: str) -> Any:
+    import torch
+
+    from rl_app.config import load_experiment
+    from rl_app.resources import plan_resources
+    from rl_app.rllib_adapter import build_algorithm_config
+
+    overrides = ["env_runners.num_env_runners=0", "evaluation.interval=0", f"learners.device={device}"]
+    loaded = load_experiment(experiment, overrides)
+    plan = plan_resources(loaded.config, os.cpu_count() or 1, torch.cuda.device_count())
+    return build_algorithm_config(loaded.config, plan, loaded.source).build_algo()
+
+
+def _timesteps(algo: Any) -> dict[str, int]:
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    return {
+        NUM_ENV_STEPS_SAMPLED_LIFETIME: int(
+            algo.metrics.peek(("env_runners", NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        )
+    }
+
+
+def ppo_update_seconds(algo: Any, updates: int) -> tuple[int, list[float]]:
+    config = algo.config
+    batch = config.train_batch_size_per_learner
+    seconds = []
+    for _ in range(updates + 1):  # the first is a warm-up
+        episodes = algo.env_runner.sample(num_timesteps=batch)
+        began = time.perf_counter()
+        algo.learner_group.update(
+            episodes=episodes,
+            timesteps=_timesteps(algo),
+            num_epochs=config.num_epochs,
+            minibatch_size=config.minibatch_size,
+        )
+        seconds.append(time.perf_counter() - began)
+    return batch, seconds[1:]
+
+
+def sac_update_seconds(algo: Any, updates: int) -> tuple[int, list[float]]:
+    config = algo.config
+    while (
+        algo.local_replay_buffer.get_num_timesteps() < config.num_steps_sampled_before_learning_starts + 512
+    ):
+        algo.train()
+    seconds = []
+    for _ in range(updates + 1):
+        episodes = algo.local_replay_buffer.sample(
+            num_items=config.total_train_batch_size,
+            n_step=config.n_step,
+            gamma=config.gamma,
+            beta=config.replay_buffer_config.get("beta"),
+            sample_episodes=True,
+        )
+        began = time.perf_counter()
+        algo.learner_group.update(episodes=episodes, timesteps=_timesteps(algo))
+        seconds.append(time.perf_counter() - began)
+    return config.total_train_batch_size, seconds[1:]
+
+
+CASES = {"ppo_cartpole": ppo_update_seconds, "sac_pendulum": sac_update_seconds}
+
+
+def measure(experiment: str, device: str, updates: int) -> dict[str, float]:
+    algo = _build(experiment, device)
+    try:
+        batch, seconds = CASES[experiment](algo, updates)
+    finally:
+        algo.stop()
+    median = statistics.median(seconds)
+    return {"batch": batch, "median_update_s": median, "samples_per_s": batch / median}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=20)
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+    import torch
+
+    gpu = torch.cuda.is_available()
+    results: dict[str, Any] = {
+        "date": date.today().isoformat(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if gpu else None,
+    }
+    ray.init(
+        num_cpus=os.cpu_count(),
+        num_gpus=torch.cuda.device_count(),
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+    try:
+        for experiment in CASES:
+            row = results[experiment] = {"cpu": measure(experiment, "cpu", args.updates)}
+            if gpu:
+                row["gpu"] = measure(experiment, "gpu", args.updates)
+                row["gpu_vs_cpu"] = row["gpu"]["samples_per_s"] / row["cpu"]["samples_per_s"]
+    finally:
+        ray.shutdown()
+    print(f"learner throughput (torch {results['torch']}, GPU: {results['gpu'] or 'none visible'})")
+    print(f"{'experiment':14s} {'batch':>6s} {'CPU samples/s':>14s} {'GPU samples/s':>14s} {'GPU/CPU':>8s}")
+    for experiment in CASES:
+        row = results[experiment]
+        gpu_cell = f"{row['gpu']['samples_per_s']:14,.0f}" if gpu else f"{'-':>14s}"
+        ratio = f"{row['gpu_vs_cpu']:7.2f}x" if gpu else f"{'-':>8s}"
+        print(
+            f"{experiment:14s} {row['cpu']['batch']:6d} "
+            f"{row['cpu']['samples_per_s']:14,.0f} {gpu_cell} {ratio}"
+        )
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"learner-{results['date']}.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
