@@ -204,13 +204,16 @@ def raw_ceiling(env_id: str, num_envs: int, steps: int) -> float:
     return steps / elapsed
 
 
-def sampling(experiment: str, runners: int, steps: int) -> float:
+def sampling(experiment: str, runners: int, steps: int, num_envs: int | None = None) -> float:
     """Env steps/s of the experiment's env runners (its model doing inference), no learning."""
     from rl_app.config import load_experiment
     from rl_app.resources import plan_resources
     from rl_app.rllib_adapter import build_algorithm_config
 
-    loaded = load_experiment(experiment, [f"env_runners.num_env_runners={runners}", "evaluation.interval=0"])
+    overrides = [f"env_runners.num_env_runners={runners}", "evaluation.interval=0"]
+    if num_envs is not None:
+        overrides.append(f"env_runners.num_envs_per_env_runner={num_envs}")
+    loaded = load_experiment(experiment, overrides)
     plan = plan_resources(loaded.config, max(2, runners + 1), 0)
     algo = build_algorithm_config(loaded.config, plan, loaded.source).build_algo()
     try:
@@ -252,9 +255,34 @@ def throughput(steps: int) -> dict[str, Any]:
                     "steps_per_s": rate,
                     "fraction_of_ceiling": rate / (ceiling * max(1, runners)),
                 }
+        rows["ppo_cartpole"]["per_step_cost"] = per_step_cost("ppo_cartpole", "CartPole-v1", steps)
     finally:
         ray.shutdown()
     return rows
+
+
+def per_step_cost(
+    experiment: str, env_id: str, steps: int, env_counts: tuple[int, ...] = (8, 32, 64)
+) -> dict[str, Any]:
+    """Where sampling time goes: driver sampling at several vector-env widths, and a line fitted
+    through RLlib's time per vector step minus the raw env's, as fixed + per-env cost."""
+    widths, overheads, rates = [], [], {}
+    for num_envs in env_counts:
+        rate = sampling(experiment, 0, steps, num_envs=num_envs)
+        raw = raw_ceiling(env_id, num_envs, steps)
+        rates[num_envs] = {"steps_per_s": rate, "raw_steps_per_s": raw, "fraction_of_ceiling": rate / raw}
+        widths.append(num_envs)
+        overheads.append(num_envs / rate - num_envs / raw)
+    slope, intercept = statistics.linear_regression(widths, overheads)
+    raw_per_env = statistics.median(1 / r["raw_steps_per_s"] for r in rates.values())
+    return {
+        "by_num_envs": rates,
+        "fixed_ms_per_vector_step": intercept * 1e3,
+        "us_per_env_step": slope * 1e6,
+        "raw_us_per_env_step": raw_per_env * 1e6,
+        # With infinitely many envs the fixed part vanishes; this is the most RLlib's runner can reach.
+        "best_possible_fraction": raw_per_env / (raw_per_env + slope),
+    }
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -306,6 +334,23 @@ def markdown(results: dict[str, Any]) -> str:
             + " | ".join(cells)
             + " |"
         )
+    cost = results["throughput"]["ppo_cartpole"]["per_step_cost"]
+    lines += [
+        "",
+        "| ppo_cartpole on the driver, envs per runner | RLlib steps/s | raw env steps/s | fraction |",
+        "|---|---|---|---|",
+    ]
+    for num_envs, r in cost["by_num_envs"].items():
+        lines.append(
+            f"| {num_envs} | {r['steps_per_s']:,.0f} | {r['raw_steps_per_s']:,.0f} | "
+            f"{r['fraction_of_ceiling']:.0%} |"
+        )
+    lines.append(
+        f"\nRLlib's sampling cost beyond the env: {cost['fixed_ms_per_vector_step']:.2f} ms per vector step"
+        " + "
+        f"{cost['us_per_env_step']:.0f} us per env step (the raw env: {cost['raw_us_per_env_step']:.0f} us); "
+        f"with unlimited envs per runner at most {cost['best_possible_fraction']:.0%} of the ceiling."
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,5 @@
-"""Where `rl_app train`'s fixed cost goes: one ppo_cartpole iteration, each phase timed in-process.
+"""Where `rl_app train`'s fixed cost goes: one ppo_cartpole iteration, each phase timed in-process
+(the same Ray start, resource plan and RLlib config as `rl_app train`).
 
 python bench/startup_profile.py
 """
@@ -26,15 +27,18 @@ def main() -> None:
     import ray
 
     from rl_app.config import load_experiment
+    from rl_app.ray_session import ray_session
     from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm_config
+    from rl_app.rllib_adapter import build_algorithm_config, config_module
 
     lap("imports (ray, rl_app)")
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    lap("ray.init")
     loaded = load_experiment("ppo_cartpole")
-    config = build_algorithm_config(loaded.config, plan_resources(loaded.config, os.cpu_count() or 1, 0), "")
-    lap("RLlib config + validate (imports RLlib)")
+    session = ray_session(preload=[config_module(loaded.config)])
+    cluster = session.__enter__()
+    lap("Ray start, torch + RLlib imported meanwhile")
+    plan = plan_resources(loaded.config, cluster.num_cpus, cluster.num_gpus)
+    config = build_algorithm_config(loaded.config, plan, "")
+    lap("RLlib config + validate")
     algo = config.build_algo()
     lap("build_algo (env runner actors, learner)")
     algo.train()
@@ -44,8 +48,9 @@ def main() -> None:
     lap("checkpoint")
     algo.stop()
     lap("algo.stop")
-    ray.shutdown()
+    session.__exit__(None, None, None)
     lap("ray.shutdown")
+    assert not ray.is_initialized()
     total = sum(seconds for _, seconds in phases)
     for name, seconds in phases:
         print(f"{name:42s} {seconds:6.2f} s  {seconds / total:4.0%}")

@@ -54,6 +54,17 @@ def _env_name(env_id: str) -> str:
     return env_id
 
 
+def evaluation_envs(episodes: int, num_runners: int, most: int = 64) -> int:
+    """Vector-env width for evaluation: one episode per env where possible.
+
+    RLlib's evaluation keeps the first N episodes to finish; with more envs than episodes
+    (16 envs, 10 episodes) that is the N shortest, a return biased low. Envs that divide
+    the episodes of each runner evenly keep every env's first episode instead.
+    """
+    per_runner = -(-episodes // max(1, num_runners))
+    return max(n for n in range(1, min(per_runner, most) + 1) if per_runner % n == 0)
+
+
 def build_algorithm_config(experiment: Any, plan: ResourcePlan, source: str) -> Any:
     """An RLlib ``AlgorithmConfig`` for ``experiment``, validated by RLlib."""
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
@@ -84,7 +95,10 @@ def build_algorithm_config(experiment: Any, plan: ResourcePlan, source: str) -> 
             evaluation_duration=evaluation.episodes,
             evaluation_duration_unit="episodes",
             evaluation_num_env_runners=evaluation.num_env_runners,
-            evaluation_config={"explore": evaluation.explore},
+            evaluation_config={
+                "explore": evaluation.explore,
+                "num_envs_per_env_runner": evaluation_envs(evaluation.episodes, evaluation.num_env_runners),
+            },
         )
     try:
         config.validate()

@@ -46,13 +46,31 @@ def test_evaluation_maps_to_deterministic_episodes(shipped: Path) -> None:
     assert config.evaluation_interval == 3
     assert config.evaluation_duration == 4 and config.evaluation_duration_unit == "episodes"
     assert config.evaluation_config["explore"] is False
+    # One episode per env: 16 training envs would keep only the 4 shortest episodes of 16.
+    assert config.evaluation_config["num_envs_per_env_runner"] == 4
+
+
+@pytest.mark.parametrize(
+    ("episodes", "runners", "envs"),
+    [(10, 0, 10), (10, 2, 5), (7, 0, 7), (100, 0, 50), (128, 0, 64), (3, 4, 1)],
+)
+def test_evaluation_envs_divide_the_episodes(episodes: int, runners: int, envs: int) -> None:
+    from rl_app.rllib_adapter import evaluation_envs
+
+    assert evaluation_envs(episodes, runners) == envs
 
 
 @pytest.mark.parametrize(
     ("cpus", "gpus", "overrides", "runners", "gpus_per_learner"),
     [
         (2, 0, (), 0, 0),  # one runner would take turns with the learner: the driver samples
-        (2, 0, ("algorithm=APPO", "env_runners.rollout_fragment_length=32"), 1, 0),  # APPO samples while it learns: the runner pays off
+        (
+            2,
+            0,
+            ("algorithm=APPO", "env_runners.rollout_fragment_length=32"),
+            1,
+            0,
+        ),  # APPO samples while it learns: the runner pays off
         (3, 0, (), 2, 0),
         (16, 0, (), 15, 0),
         (1, 0, (), 0, 0),
