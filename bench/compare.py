@@ -28,6 +28,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from common import build_experiment_algo
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 TARGET = 475.0
@@ -206,16 +208,10 @@ def raw_ceiling(env_id: str, num_envs: int, steps: int) -> float:
 
 def sampling(experiment: str, runners: int, steps: int, num_envs: int | None = None) -> float:
     """Env steps/s of the experiment's env runners (its model doing inference), no learning."""
-    from rl_app.config import load_experiment
-    from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm_config
-
     overrides = [f"env_runners.num_env_runners={runners}", "evaluation.interval=0"]
     if num_envs is not None:
         overrides.append(f"env_runners.num_envs_per_env_runner={num_envs}")
-    loaded = load_experiment(experiment, overrides)
-    plan = plan_resources(loaded.config, max(2, runners + 1), 0)
-    algo = build_algorithm_config(loaded.config, plan, loaded.source).build_algo()
+    algo = build_experiment_algo(experiment, overrides, max(2, runners + 1), 0)
     try:
         group = algo.env_runner_group
         per_runner = steps // max(1, runners)

@@ -21,6 +21,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from common import build_experiment_algo
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 os.environ.setdefault("RL_APP_EXPERIMENTS_DIR", str(REPO / "experiments"))
@@ -29,14 +31,8 @@ os.environ.setdefault("RL_APP_EXPERIMENTS_DIR", str(REPO / "experiments"))
 def _build(experiment: str, device: str) -> Any:
     import torch
 
-    from rl_app.config import load_experiment
-    from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm_config
-
     overrides = ["env_runners.num_env_runners=0", "evaluation.interval=0", f"learners.device={device}"]
-    loaded = load_experiment(experiment, overrides)
-    plan = plan_resources(loaded.config, os.cpu_count() or 1, torch.cuda.device_count())
-    return build_algorithm_config(loaded.config, plan, loaded.source).build_algo()
+    return build_experiment_algo(experiment, overrides, os.cpu_count() or 1, torch.cuda.device_count())
 
 
 def _timesteps(algo: Any) -> dict[str, int]:

@@ -29,7 +29,7 @@ def main() -> None:
     from rl_app.config import load_experiment
     from rl_app.ray_session import ray_session
     from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm_config, config_module
+    from rl_app.rllib_adapter import build_algorithm, build_algorithm_config, config_module
 
     lap("imports (ray, rl_app)")
     loaded = load_experiment("ppo_cartpole")
@@ -39,7 +39,7 @@ def main() -> None:
     plan = plan_resources(loaded.config, cluster.num_cpus, cluster.num_gpus)
     config = build_algorithm_config(loaded.config, plan, "")
     lap("RLlib config + validate")
-    algo = config.build_algo()
+    algo = build_algorithm(config)
     lap("build_algo (env runner actors, learner)")
     algo.train()
     lap("one training iteration")

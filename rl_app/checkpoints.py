@@ -25,6 +25,9 @@ from rl_app.errors import UserError, first_line
 CHECKPOINT_NAME = re.compile(r"^iter_(\d{6,})$")
 MARKER = "rl_app_checkpoint.json"
 REPLAY_BUFFER = "replay_buffer.pkl"
+# RLlib's buffer state leaves out its sampling RNG; we keep it alongside, so a resumed
+# run draws the minibatches the uninterrupted one would have drawn.
+BUFFER_RNG = "rl_app_rng_state"
 MODULE_PATH = ("learner_group", "learner", "rl_module", "default_policy")
 
 
@@ -135,8 +138,9 @@ def write_checkpoint(
     algo.save_to_path(str(folder.resolve()))
     buffer = getattr(algo, "local_replay_buffer", None)
     if info.replay_buffer and buffer is not None:
+        state = {**buffer.get_state(), BUFFER_RNG: _rng_state(buffer)}
         with (folder / REPLAY_BUFFER).open("wb") as handle:
-            pickle.dump(buffer.get_state(), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(state, handle, protocol=pickle.HIGHEST_PROTOCOL)
     if extra is not None:
         extra(folder)
     (folder / MARKER).write_text(json.dumps(asdict(info), indent=2) + "\n")
@@ -186,6 +190,11 @@ def resolve_checkpoint(path: Path) -> Path:
     raise CheckpointError(f"'{path}' is neither a run folder nor an rl_app checkpoint")
 
 
+def _rng_state(buffer: Any) -> dict[str, Any] | None:
+    rng = getattr(buffer, "rng", None)
+    return rng.bit_generator.state if rng is not None else None
+
+
 def restore_algorithm(algo: Any, checkpoint: Path) -> None:
     """Restore everything RLlib saved, and the replay buffer when there is one."""
     try:
@@ -199,7 +208,11 @@ def restore_algorithm(algo: Any, checkpoint: Path) -> None:
     if buffer is not None and buffer_file.is_file():
         try:
             with buffer_file.open("rb") as handle:
-                buffer.set_state(pickle.load(handle))
+                state = pickle.load(handle)
+            rng_state = state.pop(BUFFER_RNG, None)
+            buffer.set_state(state)
+            if rng_state is not None and hasattr(buffer, "rng"):
+                buffer.rng.bit_generator.state = rng_state
         except Exception as exc:
             raise CheckpointError(f"replay buffer '{buffer_file}' is corrupt: {_first_line(exc)}") from None
 

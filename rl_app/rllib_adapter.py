@@ -88,6 +88,11 @@ def build_algorithm_config(experiment: Any, plan: ResourcePlan, source: str) -> 
         .rl_module(model_config=DefaultModelConfig(**experiment.model.model_dump(exclude_none=True)))
         .debugging(seed=experiment.seed)
     )
+    if not spec.asynchronous_sampling:
+        # SAC's default also ends an iteration after at least 1 s, which puts iteration
+        # boundaries (and so evaluation points and stop checks) at the mercy of wall time;
+        # without it an iteration is a step count and a seeded run repeats itself.
+        config.reporting(min_time_s_per_iteration=None)
     evaluation = experiment.evaluation
     if evaluation.interval:
         config.evaluation(
@@ -100,11 +105,43 @@ def build_algorithm_config(experiment: Any, plan: ResourcePlan, source: str) -> 
                 "num_envs_per_env_runner": evaluation_envs(evaluation.episodes, evaluation.num_env_runners),
             },
         )
+        config.callbacks(on_evaluate_end=vary_evaluation_starts)
     try:
         config.validate()
     except (ValueError, TypeError, KeyError) as exc:
         raise ConfigError(source, f"RLlib rejected the config: {first_line(exc)}") from None
     return config
+
+
+def vary_evaluation_starts(algorithm: Any, **_: Any) -> None:
+    """After each evaluation, let the eval envs' own (seeded) RNG pick the next start states.
+
+    RLlib's env runner resets its envs with its fixed seed every time it is asked for a
+    number of episodes, so otherwise every evaluation replays the same start states and
+    "best evaluation return" ranks checkpoints on those few alone. The first evaluation
+    is still seeded, so a seeded run stays reproducible.
+    """
+    algorithm.eval_env_runner_group.foreach_env_runner(_unseed_resets, local_env_runner=True)
+
+
+def _unseed_resets(runner: Any) -> None:
+    runner._seed = None  # private, but the only switch: RLlib reads it at each reset
+
+
+def build_algorithm(config: Any) -> Any:
+    """``config.build_algo()``, with the replay buffer's sampling seeded too.
+
+    RLlib seeds env runners and learners from ``config.seed`` but creates its episode
+    replay buffers with ``np.random.default_rng(None)``, so without this a DQN or SAC
+    run samples different minibatches (and n-steps) every time it is started.
+    """
+    import numpy as np
+
+    algo = config.build_algo()
+    buffer = getattr(algo, "local_replay_buffer", None)
+    if buffer is not None and config.seed is not None and hasattr(buffer, "rng"):
+        buffer.rng = np.random.default_rng(config.seed)
+    return algo
 
 
 def resolved_settings(experiment: Any, config: Any) -> dict[str, Any]:

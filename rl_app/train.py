@@ -423,7 +423,7 @@ def train(
     """Train experiment ``name`` (or resume run ``resume``); return the summary."""
     from rl_app.ray_session import ray_session
     from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm_config, config_module, resolved_settings
+    from rl_app.rllib_adapter import build_algorithm, build_algorithm_config, config_module, resolved_settings
     from rl_app.storage import open_storage
 
     console = console or Console(stderr=False)
@@ -473,7 +473,7 @@ def train(
         )
         console.print(f"Resources: {resource_plan.describe()}")
         console.print(f"Run folder: {run_dir}" + (f" (mirrored to {mirror.describe()})" if mirror else ""))
-        algo = config.build_algo()
+        algo = build_algorithm(config)
         try:
             if plan.resume_checkpoint is not None:
                 from rl_app.checkpoints import restore_algorithm

@@ -41,12 +41,12 @@ class ExperimentTrial(tune.Trainable):
         self, config: dict[str, Any], *, experiment: dict[str, Any], name: str, plan: ResourcePlan
     ) -> None:
         from rl_app.ray_session import quiet_libraries
-        from rl_app.rllib_adapter import build_algorithm_config
+        from rl_app.rllib_adapter import build_algorithm, build_algorithm_config
 
         quiet_libraries()
         self.name = name
         self.experiment = trial_experiment(experiment, config, f"sweep trial {self.trial_id}")
-        self.algo = build_algorithm_config(self.experiment, plan, name).build_algo()
+        self.algo = build_algorithm(build_algorithm_config(self.experiment, plan, name))
         self.timesteps = 0
         self.elapsed_before = 0.0
         self.started = time.monotonic()

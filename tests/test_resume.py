@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -226,10 +227,10 @@ def test_bad_run_inputs_are_one_line_exit_2(args: list[str], message: str, tmp_p
 
 
 def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) -> None:
-    from rl_app.checkpoints import REPLAY_BUFFER, restore_algorithm
+    from rl_app.checkpoints import BUFFER_RNG, REPLAY_BUFFER, restore_algorithm
     from rl_app.config import load_experiment
     from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm_config
+    from rl_app.rllib_adapter import build_algorithm, build_algorithm_config
 
     os.environ["RL_APP_EXPERIMENTS_DIR"] = str(REPO / "experiments")
     overrides = ["stop.iterations=2", "evaluation.interval=0"]
@@ -237,13 +238,18 @@ def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) 
     checkpoint = list_checkpoints(summary.run_dir)[-1]
     assert (checkpoint / REPLAY_BUFFER).stat().st_size > 1000
     loaded = load_experiment("dqn_cartpole", overrides)
-    algo = build_algorithm_config(
-        loaded.config, plan_resources(loaded.config, 2, 0), loaded.source
-    ).build_algo()
+    algo = build_algorithm(
+        build_algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+    )
     try:
-        assert algo.local_replay_buffer.get_num_timesteps() == 0
+        buffer = algo.local_replay_buffer
+        assert buffer.get_num_timesteps() == 0
+        fresh_rng = buffer.rng.bit_generator.state
         restore_algorithm(algo, checkpoint)
-        assert algo.local_replay_buffer.get_num_timesteps() > 0
+        assert buffer.get_num_timesteps() > 0
         assert algo.training_iteration == read_info(checkpoint).iteration
+        # the sampling RNG continues where the run left off, not from the seed again
+        saved_rng = pickle.loads((checkpoint / REPLAY_BUFFER).read_bytes())[BUFFER_RNG]
+        assert buffer.rng.bit_generator.state == saved_rng != fresh_rng
     finally:
         algo.stop()

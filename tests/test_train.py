@@ -74,6 +74,22 @@ def test_run_folder_tells_its_own_story(shipped: Path, tmp_path: Path) -> None:
     assert (run_dir / "summary.json").read_text() == json.dumps(saved, indent=2, sort_keys=True) + "\n"
 
 
+def test_same_seed_same_off_policy_run(shipped: Path, tmp_path: Path) -> None:
+    """Replay sampling is seeded and iterations are step counts, so SAC repeats itself."""
+    overrides = [
+        "training.num_steps_sampled_before_learning_starts=50",
+        "training.train_batch_size_per_learner=32",
+        "model.fcnet_hiddens=[32,32]",
+        "stop.iterations=6",
+        "evaluation.interval=0",
+    ]
+    keys = ("timesteps", "episodes", "return_mean")
+    runs = [train("sac_pendulum", overrides, runs_root=tmp_path).run_dir for _ in range(2)]
+    first, second = ([{k: row[k] for k in keys} for row in rows(run)] for run in runs)
+    assert first == second
+    assert sum(row["return_mean"] != "nan" for row in first) >= 2  # episodes shaped by learning
+
+
 def test_same_seed_same_first_iteration(shipped: Path, tmp_path: Path) -> None:
     overrides = [*SMALL_PPO, "stop.iterations=1", "env_runners.num_env_runners=0", "seed=3"]
     first = rows(train("ppo_cartpole", overrides, runs_root=tmp_path).run_dir)[0]
@@ -82,3 +98,24 @@ def test_same_seed_same_first_iteration(shipped: Path, tmp_path: Path) -> None:
     keys = ("timesteps", "episodes", "return_mean", "return_min", "return_max", "episode_len_mean")
     assert {k: first[k] for k in keys} == {k: second[k] for k in keys}
     assert {k: first[k] for k in keys} != {k: other[k] for k in keys}
+
+
+def test_each_evaluation_starts_from_new_states_yet_repeats_with_the_seed(shipped: Path) -> None:
+    """RLlib reseeds eval envs identically for every evaluation; ours draw new starts each time."""
+    from rl_app.config import load_experiment
+    from rl_app.resources import plan_resources
+    from rl_app.rllib_adapter import build_algorithm, build_algorithm_config
+
+    loaded = load_experiment("ppo_cartpole", ["evaluation.episodes=4", "env_runners.num_env_runners=0"])
+
+    def three_evaluations() -> list[float]:
+        plan = plan_resources(loaded.config, 2, 0)
+        algo = build_algorithm(build_algorithm_config(loaded.config, plan, loaded.source))
+        try:  # same (untrained) weights each time: only the start states can differ
+            return [algo.evaluate()["env_runners"]["episode_return_mean"] for _ in range(3)]
+        finally:
+            algo.stop()
+
+    first = three_evaluations()
+    assert len(set(first)) > 1, first
+    assert three_evaluations() == first
