@@ -299,7 +299,8 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             f"{key.upper()} CartPole-v1 ({case['experiment']} vs SB3 {case['sb3_algorithm']} + RL Zoo), "
             f"time to eval return >= {TARGET:g} (seeds {t['seeds']}; {EVAL_EPISODES} deterministic episodes "
-            f"every {case['eval_every']:,} steps; cap {case['time_cap_s']:g} s)",
+            f"every {case['eval_every']:,} steps; cap {case['time_cap_s']:g} s)"
+            + (f" ({t['note']})" if "note" in t else ""),
             "",
             "| | median wall s | min-max | median steps | median best eval | solved |",
             "|---|---|---|---|---|---|",
@@ -350,6 +351,18 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _keep_skipped_cases(results: dict[str, Any], path: Path, skipped: list[str]) -> None:
+    """A skipped time-to-solve case keeps the figures of today's earlier run, marked as such."""
+    if "time_to_solve" not in results or not path.is_file():
+        return
+    earlier = json.loads(path.read_text()).get("time_to_solve", {})
+    for key in skipped:
+        if key in earlier:
+            kept = earlier[key]
+            kept.setdefault("note", "kept from an earlier run of the day: skipped in this one")
+            results["time_to_solve"][key] = kept
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="start-up and sampling only (~2 min)")
@@ -368,6 +381,7 @@ def main() -> int:
     results["throughput"] = throughput(steps=20_000 if args.quick else 50_000)
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"compare-{results['date']}{'-quick' if args.quick else ''}"
+    _keep_skipped_cases(results, stem.with_suffix(".json"), args.skip)
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
     stem.with_suffix(".md").write_text(table)
