@@ -29,11 +29,11 @@ def main() -> None:
     from rl_app.config import load_experiment
     from rl_app.ray_session import ray_session
     from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm, build_algorithm_config, config_module
+    from rl_app.rllib_adapter import algorithm_build_modules, build_algorithm, build_algorithm_config
 
     lap("imports (ray, rl_app)")
     loaded = load_experiment("ppo_cartpole")
-    session = ray_session(preload=[config_module(loaded.config)])
+    session = ray_session(preload=algorithm_build_modules(loaded.config))
     cluster = session.__enter__()
     lap("Ray start, torch + RLlib imported meanwhile")
     plan = plan_resources(loaded.config, cluster.num_cpus, cluster.num_gpus)

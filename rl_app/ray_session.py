@@ -64,9 +64,7 @@ def ray_session(
 
     from rl_app.resources import local_cpu_count, local_gpu_count
 
-    # RLlib's seeding calls torch.use_deterministic_algorithms, whose first call imports
-    # torch._inductor (~0.8 s here): import it now, off the critical path.
-    preloading = _import_in_background(("torch", "torch._inductor", *preload))
+    preloading = _import_in_background(("torch", *preload))
 
     address = address or os.environ.get("RAY_ADDRESS") or None
     owned = not ray.is_initialized()

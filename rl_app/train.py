@@ -423,7 +423,12 @@ def train(
     """Train experiment ``name`` (or resume run ``resume``); return the summary."""
     from rl_app.ray_session import ray_session
     from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm, build_algorithm_config, config_module, resolved_settings
+    from rl_app.rllib_adapter import (
+        algorithm_build_modules,
+        build_algorithm,
+        build_algorithm_config,
+        resolved_settings,
+    )
     from rl_app.storage import open_storage
 
     console = console or Console(stderr=False)
@@ -439,7 +444,7 @@ def train(
     experiment = plan.experiment
     storage_handle = open_storage(experiment.storage) if experiment.storage and plan.mirror is None else None
 
-    with ray_session(address, verbose=verbose, preload=[config_module(experiment)]) as cluster:
+    with ray_session(address, verbose=verbose, preload=algorithm_build_modules(experiment)) as cluster:
         resource_plan = plan_resources(experiment, cluster.num_cpus, cluster.num_gpus)
         config = build_algorithm_config(experiment, resource_plan, plan.source)
         start = StartPoint()
