@@ -7,10 +7,10 @@ from typing import Any
 
 def build_experiment_algo(experiment: str, overrides: list[str], cpus: int, gpus: int) -> Any:
     """The RLlib Algorithm for ``experiment`` with ``overrides``, resources planned for cpus/gpus."""
+    from rl_app.cluster.resources import plan_resources
     from rl_app.config import load_experiment
-    from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm, build_algorithm_config
+    from rl_app.rllib.algorithm import build_experiment
 
     loaded = load_experiment(experiment, overrides)
     plan = plan_resources(loaded.config, cpus, gpus)
-    return build_algorithm(build_algorithm_config(loaded.config, plan, loaded.source))
+    return build_experiment(loaded.config, plan, loaded.source)

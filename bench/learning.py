@@ -15,7 +15,7 @@ from datetime import date
 from pathlib import Path
 
 from rl_app.config import available_experiments, load_experiment
-from rl_app.train import train
+from rl_app.training.run import train
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

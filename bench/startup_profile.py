@@ -26,18 +26,20 @@ def main() -> None:
 
     import ray
 
+    from rl_app.cluster.resources import plan_resources
+    from rl_app.cluster.session import ray_session
     from rl_app.config import load_experiment
-    from rl_app.ray_session import ray_session
-    from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import algorithm_build_modules, build_algorithm, build_algorithm_config
+    from rl_app.rllib.config import algorithm_build_modules, algorithm_config
 
     lap("imports (ray, rl_app)")
     loaded = load_experiment("ppo_cartpole")
     session = ray_session(preload=algorithm_build_modules(loaded.config))
     cluster = session.__enter__()
+    from rl_app.rllib.algorithm import build_algorithm  # as rl_app train: RLlib imports once Ray starts
+
     lap("Ray start, torch + RLlib imported meanwhile")
     plan = plan_resources(loaded.config, cluster.num_cpus, cluster.num_gpus)
-    config = build_algorithm_config(loaded.config, plan, "")
+    config = algorithm_config(loaded.config, plan, "")
     lap("RLlib config + validate")
     algo = build_algorithm(config)
     lap("build_algo (env runner actors, learner)")

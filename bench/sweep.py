@@ -23,8 +23,8 @@ import yaml
 from rl_app.config import load_experiment
 from rl_app.config.loader import experiment_path
 from rl_app.config.sweep import metric_name
-from rl_app.sweep import run_sweep
-from rl_app.train import train
+from rl_app.sweep.run import run_sweep
+from rl_app.training.run import train
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

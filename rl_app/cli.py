@@ -155,21 +155,21 @@ def _add_runs_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from rl_app.commands import list_experiments
+    from rl_app.console.commands import list_experiments
 
     list_experiments()
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from rl_app.commands import show_experiment
+    from rl_app.console.commands import show_experiment
 
     show_experiment(args.experiment, args.overrides)
     return 0
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from rl_app.train import train
+    from rl_app.training.run import train
 
     summary = train(
         args.experiment,
@@ -186,7 +186,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from rl_app.sweep import run_sweep
+    from rl_app.sweep.run import run_sweep
 
     overrides = [*args.overrides, *([f"sweep.num_samples={args.samples}"] if args.samples else [])]
     summary = run_sweep(
@@ -202,7 +202,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_cluster(args: argparse.Namespace) -> int:
-    from rl_app.cluster import cluster_down, cluster_up
+    from rl_app.cluster.head import cluster_down, cluster_up
 
     if args.action == "up":
         state = cluster_up(
@@ -216,7 +216,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    from rl_app.jobs import submit
+    from rl_app.cluster.jobs import submit
 
     _, status = submit(
         args.experiment,
@@ -232,7 +232,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
-    from rl_app import jobs
+    from rl_app.cluster import jobs
 
     if args.action == "list":
         jobs.list_jobs(args.address, args.token_file)
@@ -249,21 +249,21 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from rl_app.commands import list_runs
+    from rl_app.console.commands import list_runs
 
     list_runs(args.runs_dir)
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from rl_app.report import report_runs
+    from rl_app.console.plots import report_runs
 
     report_runs([Path(r) for r in args.runs], args.out)
     return 0
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from rl_app.evaluate import evaluate
+    from rl_app.policy.evaluate import evaluate
 
     evaluate(
         args.run,
@@ -278,7 +278,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from rl_app.export import export_policy
+    from rl_app.policy.export import export_policy
 
     export_policy(args.run, args.format, args.out, runs_root=args.runs_dir)
     return 0

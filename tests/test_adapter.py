@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from rl_app.cluster.resources import plan_resources
 from rl_app.config import load_experiment
 from rl_app.errors import ConfigError, UserError
-from rl_app.resources import plan_resources
-from rl_app.rllib_adapter import build_algorithm_config
+from rl_app.rllib.config import algorithm_config
 
 
 def build(name: str, *overrides: str, cpus: int = 2, gpus: int = 0):  # type: ignore[no-untyped-def]
     loaded = load_experiment(name, overrides)
     plan = plan_resources(loaded.config, cpus, gpus)
-    return build_algorithm_config(loaded.config, plan, loaded.source), plan
+    return algorithm_config(loaded.config, plan, loaded.source), plan
 
 
 def test_ppo_settings_reach_rllib(shipped: Path) -> None:
@@ -26,7 +26,13 @@ def test_ppo_settings_reach_rllib(shipped: Path) -> None:
     assert config.model_config["fcnet_hiddens"] == [32]
     assert config.model_config["vf_share_layers"] is True
     assert config.seed == 11
-    assert config.env == "CartPole-v1"
+    # The env reaches RLlib through our one env factory, registered under its id.
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    assert config.env == "rl_app:CartPole-v1"
+    env = _global_registry.get(ENV_CREATOR, config.env)(config.env_config)
+    assert env.spec.id == "CartPole-v1"
+    env.close()
     # 2 cores - 1 reserved leaves one runner, which PPO would only wait for: sample on the driver.
     assert config.num_env_runners == plan.num_env_runners == 0
 
@@ -54,7 +60,7 @@ def test_evaluation_maps_to_deterministic_episodes(shipped: Path) -> None:
     [(10, 0, 10), (10, 2, 5), (7, 0, 7), (100, 0, 50), (128, 0, 64), (3, 4, 1)],
 )
 def test_evaluation_envs_divide_the_episodes(episodes: int, runners: int, envs: int) -> None:
-    from rl_app.rllib_adapter import evaluation_envs
+    from rl_app.rllib.config import evaluation_envs
 
     assert evaluation_envs(episodes, runners) == envs
 

@@ -77,6 +77,16 @@ CASES = {
         ["show", "bad"],
         ["env.id", "unknown env id", "'CartPole-v1'"],
     ),
+    "unknown wrapper": (
+        GOOD.replace("env: CartPole-v1", "env: {id: CartPole-v1, wrappers: [time_limt]}"),
+        ["show", "bad"],
+        ["bad.yaml: env.wrappers[0].name", "unknown wrapper 'time_limt'", "allowed: time_limit"],
+    ),
+    "wrapper class missing": (
+        GOOD.replace("env: CartPole-v1", "env: {id: CartPole-v1, wrappers: ['gymnasium.wrappers:NoSuch']}"),
+        ["show", "bad"],
+        ["env.wrappers[0].name", "module 'gymnasium.wrappers' has no class 'NoSuch'"],
+    ),
     "missing stop": (
         GOOD.replace("stop: {timesteps: 1000}\n", ""),
         ["show", "bad"],
@@ -160,7 +170,7 @@ def test_user_error_is_one_line_exit_2(
     if text is not None:
         (experiments / "bad.yaml").write_text(text)
     if case == "gpu without gpu":
-        monkeypatch.setattr("rl_app.resources.local_gpu_count", lambda: 0)
+        monkeypatch.setattr("rl_app.cluster.resources.local_gpu_count", lambda: 0)
     before = sorted(p.name for p in experiments.iterdir())
     assert main(argv) == 2
     err = capsys.readouterr().err

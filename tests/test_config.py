@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rl_app.config import available_experiments, load_experiment
-from rl_app.config.loader import apply_overrides, parse_override
+from rl_app.config.data import apply_overrides, parse_override
 from rl_app.errors import ConfigError
 
 MINIMAL = "algorithm: PPO\nenv: CartPole-v1\nstop: {timesteps: 1000}\n"

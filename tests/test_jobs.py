@@ -12,8 +12,8 @@ import pytest
 from helpers import SMALL_PPO
 
 from rl_app.cli import main
-from rl_app.cluster import ClusterState, cluster_down, cluster_up, free_port, listening_addresses
-from rl_app.jobs import Connection, client, submit
+from rl_app.cluster.head import ClusterState, cluster_down, cluster_up, free_port, listening_addresses
+from rl_app.cluster.jobs import Connection, client, submit
 
 pytestmark = pytest.mark.ray
 
@@ -26,7 +26,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
         yield state
     finally:
         cluster_down(state_dir)
-        from rl_app.cluster import _cluster_processes
+        from rl_app.cluster.head import _cluster_processes
 
         assert _cluster_processes(state.temp_dir) == [], "cluster down left processes behind"
 
@@ -160,7 +160,7 @@ def test_bad_cluster_inputs_are_one_line_exit_2_and_start_nothing(
 
 
 def test_sweep_entrypoint_and_working_dir_excludes() -> None:
-    from rl_app.jobs import WORKING_DIR_EXCLUDES, entrypoint
+    from rl_app.cluster.jobs import WORKING_DIR_EXCLUDES, entrypoint
 
     command = entrypoint(
         "experiments/ppo_cartpole_sweep.yaml", ["sweep.num_samples=2"], True, None, "s3://b/p"
@@ -168,4 +168,12 @@ def test_sweep_entrypoint_and_working_dir_excludes() -> None:
     assert command == (
         "python -m rl_app sweep experiments/ppo_cartpole_sweep.yaml --set sweep.num_samples=2 --storage s3://b/p"
     )
-    assert {"runs/", ".venv/", ".git/", ".cluster/"} <= set(WORKING_DIR_EXCLUDES)
+    assert {"/runs/", ".venv/", ".git/", ".cluster/"} <= set(WORKING_DIR_EXCLUDES)
+    # Ray matches them like .gitignore lines: the run folders stay home, the rl_app.runs package goes.
+    from ray._private.runtime_env.packaging import _get_excludes
+
+    root = Path(__file__).resolve().parents[1]
+    excluded = _get_excludes(root, WORKING_DIR_EXCLUDES)
+    assert excluded(root / "runs" / "ppo_cartpole" / "progress.csv")
+    assert not excluded(root / "rl_app" / "runs" / "remote.py")
+    assert not excluded(root / "rl_app" / "runs")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rl_app.config import load_experiment
-from rl_app.train import train
+from rl_app.training.run import train
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 

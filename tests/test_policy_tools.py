@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_app.checkpoints import list_checkpoints
 from rl_app.errors import UserError
-from rl_app.train import train
+from rl_app.runs.checkpoints import list_checkpoints
+from rl_app.training.run import train
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.ray
@@ -53,7 +53,7 @@ def rllib_actions(checkpoint: Path, obs: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("name", list(TINY))
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
 def test_exported_policy_acts_like_rllib_without_ray(runs: dict[str, Path], name: str, fmt: str) -> None:
-    from rl_app.export import export_policy
+    from rl_app.policy.export import export_policy
 
     run_dir = runs[name]
     out = run_dir / f"export-{fmt}"
@@ -86,7 +86,7 @@ def test_exported_policy_acts_like_rllib_without_ray(runs: dict[str, Path], name
 
 
 def test_evaluate_writes_statistics_and_parallel_matches_serial(runs: dict[str, Path]) -> None:
-    from rl_app.evaluate import evaluate
+    from rl_app.policy.evaluate import evaluate
 
     run_dir = runs["ppo_cartpole"]
     serial = evaluate(str(run_dir), episodes=4, workers=1)
@@ -100,7 +100,7 @@ def test_evaluate_writes_statistics_and_parallel_matches_serial(runs: dict[str, 
 
 
 def test_evaluate_records_video(runs: dict[str, Path]) -> None:
-    from rl_app.evaluate import evaluate
+    from rl_app.policy.evaluate import evaluate
 
     report = evaluate(str(runs["sac_pendulum"]), episodes=2, video=True)
     assert len(report["videos"]) == 2
@@ -126,8 +126,8 @@ def test_tensorboard_and_system_usage_are_recorded(runs: dict[str, Path]) -> Non
 def test_report_compares_runs_and_runs_lists_them(runs: dict[str, Path], tmp_path: Path) -> None:
     from rich.console import Console
 
-    from rl_app.commands import list_runs
-    from rl_app.report import report_runs
+    from rl_app.console.commands import list_runs
+    from rl_app.console.plots import report_runs
 
     pngs = report_runs([runs["ppo_cartpole"], runs["dqn_cartpole"]], tmp_path / "compare.png")
     assert len(pngs) == 3 and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
@@ -140,8 +140,8 @@ def test_report_compares_runs_and_runs_lists_them(runs: dict[str, Path], tmp_pat
 
 
 def test_missing_runs_are_one_line_errors(tmp_path: Path) -> None:
-    from rl_app.evaluate import evaluate
-    from rl_app.report import report_runs
+    from rl_app.console.plots import report_runs
+    from rl_app.policy.evaluate import evaluate
 
     with pytest.raises(UserError, match="does not exist"):
         evaluate(str(tmp_path / "nope"))

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from helpers import SMALL_PPO
 
-from rl_app.checkpoints import MARKER, list_checkpoints, read_info
 from rl_app.errors import UserError
-from rl_app.train import train
+from rl_app.runs.checkpoints import MARKER, list_checkpoints, read_info
+from rl_app.training.run import train
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.ray
@@ -61,7 +61,7 @@ def test_kill_9_then_resume_loses_at_most_one_checkpoint_interval(tmp_path: Path
     assert done_before_kill - read_info(latest).iteration <= every
     assert json.loads((run_dir / "status.json").read_text())["status"] == "running"  # it never said goodbye
 
-    from rl_app.runs import run_status
+    from rl_app.runs.layout import run_status
 
     assert run_status(run_dir) == "killed"
     result = subprocess.run(
@@ -116,17 +116,17 @@ def test_warm_start_weights_reach_every_remote_env_runner_through_the_object_sto
     """The module is read from disk once on the driver; two remote env runners get identical weights."""
     import numpy as np
 
-    import rl_app.checkpoints as checkpoints
+    import rl_app.rllib.algorithm as rllib_algorithm
+    from rl_app.cluster.resources import plan_resources
     from rl_app.config import load_experiment
-    from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm_config
-    from rl_app.train import warm_start
+    from rl_app.rllib.algorithm import warm_start
+    from rl_app.rllib.config import algorithm_config
 
     checkpoint = list_checkpoints(finished_run)[-1]
     copy = tmp_path / checkpoint.name
     shutil.copytree(checkpoint, copy)
     reads: list[Path] = []
-    real_load = checkpoints.load_module
+    real_load = rllib_algorithm.load_module
 
     def counting_load(path: Path):  # type: ignore[no-untyped-def]
         reads.append(path)
@@ -134,11 +134,11 @@ def test_warm_start_weights_reach_every_remote_env_runner_through_the_object_sto
         shutil.rmtree(path)  # nobody can read the files after this: remote actors must use the object store
         return module
 
-    monkeypatch.setattr(checkpoints, "load_module", counting_load)
+    monkeypatch.setattr(rllib_algorithm, "load_module", counting_load)
     loaded = load_experiment(
         "ppo_cartpole", [*SMALL_PPO, "env_runners.num_env_runners=2", "env_runners.reserved_cpus=0"]
     )
-    config = build_algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+    config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     algo = config.build_algo()
     try:
         expected = {k: np.asarray(v) for k, v in real_load(checkpoint).get_state().items()}
@@ -227,10 +227,10 @@ def test_bad_run_inputs_are_one_line_exit_2(args: list[str], message: str, tmp_p
 
 
 def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) -> None:
-    from rl_app.checkpoints import BUFFER_RNG, REPLAY_BUFFER, restore_algorithm
+    from rl_app.cluster.resources import plan_resources
     from rl_app.config import load_experiment
-    from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm, build_algorithm_config
+    from rl_app.rllib.algorithm import build_experiment, restore_algorithm
+    from rl_app.rllib.replay import BUFFER_RNG, REPLAY_BUFFER
 
     os.environ["RL_APP_EXPERIMENTS_DIR"] = str(REPO / "experiments")
     overrides = ["stop.iterations=2", "evaluation.interval=0"]
@@ -238,9 +238,7 @@ def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) 
     checkpoint = list_checkpoints(summary.run_dir)[-1]
     assert (checkpoint / REPLAY_BUFFER).stat().st_size > 1000
     loaded = load_experiment("dqn_cartpole", overrides)
-    algo = build_algorithm(
-        build_algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
-    )
+    algo = build_experiment(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     try:
         buffer = algo.local_replay_buffer
         assert buffer.get_num_timesteps() == 0
@@ -253,3 +251,46 @@ def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) 
         assert buffer.rng.bit_generator.state == saved_rng != fresh_rng
     finally:
         algo.stop()
+
+
+def test_a_restored_sweep_trial_reseeds_like_a_resumed_run(
+    finished_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both hosts load a checkpoint through one loop: env runners re-seeded with seed + iteration,
+    and the next iteration is the same one."""
+    import yaml
+    from ray import tune
+
+    from rl_app.cluster.resources import plan_resources
+    from rl_app.config import validate_experiment
+    from rl_app.training.trial import ExperimentTrial
+
+    checkpoint = list_checkpoints(finished_run)[-1]
+    iteration = read_info(checkpoint).iteration
+    run_dir = tmp_path / "ppo_cartpole" / finished_run.name
+    shutil.copytree(finished_run, run_dir)
+    train(None, [f"stop.iterations={iteration + 1}"], resume=str(run_dir), runs_root=tmp_path)
+    with (run_dir / "progress.csv").open() as handle:
+        resumed = list(csv.DictReader(handle))[-1]
+
+    data = yaml.safe_load((finished_run / "experiment.yaml").read_text())
+    plan = plan_resources(validate_experiment(data, "experiment.yaml"), 2, 0)
+    monkeypatch.setattr("ray.tune.trainable.trainable.DEFAULT_STORAGE_PATH", str(tmp_path / "tune"))
+    trial = tune.with_parameters(ExperimentTrial, experiment=data, name="ppo_cartpole", plan=plan)(config={})
+    try:
+        fresh = trial.loop.algo.env_runner_group.foreach_env_runner(
+            lambda runner: runner.seed, local_env_runner=True
+        )
+        trial.load_checkpoint(str(checkpoint))
+        seeds = trial.loop.algo.env_runner_group.foreach_env_runner(
+            lambda runner: runner.seed, local_env_runner=True
+        )
+        result = trial.step()
+    finally:
+        trial.stop()
+    assert fresh == [data["seed"]] and seeds == [data["seed"] + iteration]
+    assert int(resumed["iteration"]) == iteration + 1
+    for key in ("timesteps", "episodes"):
+        assert result[key] == int(resumed[key]), key
+    for key in ("return_mean", "return_min", "return_max", "episode_len_mean"):
+        assert result[key] == pytest.approx(float(resumed[key])), key

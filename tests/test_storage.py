@@ -10,8 +10,8 @@ import pytest
 from helpers import SMALL_PPO, local_ray
 
 from rl_app.errors import UserError
-from rl_app.storage import StorageError, list_dirs, open_storage
-from rl_app.train import train
+from rl_app.runs.storage import StorageError, list_dirs, open_storage
+from rl_app.training.run import train
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "rl-app-test"
@@ -103,7 +103,7 @@ def test_train_to_s3_then_resume_on_an_empty_disk(
     remote = list_dirs(storage, "ppo_cartpole", first.run_dir.name, "checkpoints")
     assert "iter_000003" in remote
 
-    from rl_app.evaluate import evaluate
+    from rl_app.policy.evaluate import evaluate
 
     report = evaluate(run_uri, episodes=2, runs_root=tmp_path / "third")
     assert report["iteration"] == 3
@@ -113,7 +113,7 @@ def test_train_to_s3_then_resume_on_an_empty_disk(
 def test_sweep_to_s3_then_resume_it_from_the_uri_on_an_empty_disk(
     aws: dict[str, str], ray_session: None, tmp_path: Path
 ) -> None:
-    from rl_app.sweep import run_sweep
+    from rl_app.sweep.run import run_sweep
 
     uri = f"s3://{BUCKET}/team/sweeps"
     overrides = [*SMALL_PPO, "sweep.num_samples=2", "sweep.stop={timesteps: 800}", "checkpoint.every=1"]

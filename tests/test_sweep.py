@@ -17,10 +17,10 @@ import pytest
 from helpers import local_ray
 from rich.console import Console
 
-from rl_app.checkpoints import read_info
 from rl_app.config import load_experiment
-from rl_app.sweep import run_sweep
-from rl_app.train import train
+from rl_app.runs.checkpoints import read_info
+from rl_app.sweep.run import run_sweep
+from rl_app.training.run import train
 
 TESTS = Path(__file__).resolve().parent
 pytestmark = pytest.mark.ray
@@ -104,7 +104,7 @@ def test_asha_sweep_ranks_trials_writes_results_and_the_best_config_trains(
     checkpoint = Path(best.checkpoint)
     assert checkpoint.parent == Path(best.trial_dir)
     assert read_info(checkpoint).algorithm == "PPO"  # our marker: evaluate/export/--init-from take it
-    from rl_app.evaluate import evaluate
+    from rl_app.policy.evaluate import evaluate
 
     assert evaluate(str(checkpoint), episodes=2, console=quiet())["return"]["mean"] > 0
 

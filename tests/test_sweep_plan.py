@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from rl_app.cluster.resources import plan_trial_resources
 from rl_app.config import load_experiment
-from rl_app.sweep import count_trials, plan_trial_resources, tune_domain
+from rl_app.sweep.space import count_trials, tune_domain
 
 BASE = """\
 algorithm: PPO

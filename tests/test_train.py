@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rl_app.checkpoints import list_checkpoints
 from rl_app.config import available_experiments
-from rl_app.train import train
+from rl_app.runs.checkpoints import list_checkpoints
+from rl_app.training.run import train
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -102,15 +102,15 @@ def test_same_seed_same_first_iteration(shipped: Path, tmp_path: Path) -> None:
 
 def test_each_evaluation_starts_from_new_states_yet_repeats_with_the_seed(shipped: Path) -> None:
     """RLlib reseeds eval envs identically for every evaluation; ours draw new starts each time."""
+    from rl_app.cluster.resources import plan_resources
     from rl_app.config import load_experiment
-    from rl_app.resources import plan_resources
-    from rl_app.rllib_adapter import build_algorithm, build_algorithm_config
+    from rl_app.rllib.algorithm import build_experiment
 
     loaded = load_experiment("ppo_cartpole", ["evaluation.episodes=4", "env_runners.num_env_runners=0"])
 
     def three_evaluations() -> list[float]:
         plan = plan_resources(loaded.config, 2, 0)
-        algo = build_algorithm(build_algorithm_config(loaded.config, plan, loaded.source))
+        algo = build_experiment(loaded.config, plan, loaded.source)
         try:  # same (untrained) weights each time: only the start states can differ
             return [algo.evaluate()["env_runners"]["episode_return_mean"] for _ in range(3)]
         finally:
@@ -119,3 +119,31 @@ def test_each_evaluation_starts_from_new_states_yet_repeats_with_the_seed(shippe
     first = three_evaluations()
     assert len(set(first)) > 1, first
     assert three_evaluations() == first
+
+
+def test_a_wrapper_declared_in_the_experiment_applies_in_training_and_evaluation(
+    experiments: Path, tmp_path: Path
+) -> None:
+    """The env factory wraps RLlib's envs, RLlib's evaluation envs and rl_app evaluate's alike."""
+    import io
+
+    from rich.console import Console
+
+    from rl_app.policy.evaluate import evaluate
+
+    (experiments / "short.yaml").write_text(
+        "algorithm: PPO\n"
+        "env: {id: CartPole-v1, wrappers: [{time_limit: {max_episode_steps: 20}}]}\n"
+        "training: {train_batch_size_per_learner: 400, minibatch_size: 100, num_epochs: 1}\n"
+        "evaluation: {interval: 1, episodes: 4}\n"
+        "stop: {iterations: 1}\n"
+    )
+    summary = train("short", runs_root=tmp_path)
+    (row,) = rows(summary.run_dir)
+    assert float(row["return_max"]) == 20.0  # CartPole's own limit is 500: episodes were cut at 20
+    assert float(row["episode_len_mean"]) <= 20
+    assert 0 < float(row["eval_return_mean"]) <= 20
+    quiet = Console(file=io.StringIO())
+    report = evaluate(str(summary.run_dir), episodes=10, explore=True, console=quiet)
+    lengths = [episode["length"] for episode in report["per_episode"]]
+    assert max(lengths) == 20 and all(length <= 20 for length in lengths)

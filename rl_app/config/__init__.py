@@ -5,13 +5,17 @@ from rl_app.config.loader import (
     available_experiments,
     experiments_dir,
     load_experiment,
+    validate_experiment,
 )
-from rl_app.config.schema import Experiment
+from rl_app.config.schema import EnvSection, Experiment, ExperimentConfig
 
 __all__ = [
+    "EnvSection",
     "Experiment",
+    "ExperimentConfig",
     "LoadedExperiment",
     "available_experiments",
     "experiments_dir",
     "load_experiment",
+    "validate_experiment",
 ]

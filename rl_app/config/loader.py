@@ -11,11 +11,13 @@ from typing import Any
 
 import yaml
 
-from rl_app.config.errors import describe_validation_error
+from rl_app.config.data import apply_overrides, deep_merge
+from rl_app.config.schema import ExperimentConfig
+from rl_app.config.sweep import check_sweep
+from rl_app.config.validate import source_of, validate_schema
 from rl_app.errors import ConfigError, UserError
 
 EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-OVERRIDE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class LoadedExperiment:
 
     name: str
     path: Path
-    config: Any  # rl_app.config.schema.Experiment[...]
+    config: ExperimentConfig
     overrides: tuple[str, ...] = field(default=())
 
     @property
@@ -105,18 +107,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """A new dict: ``update`` over ``base``, merging nested mappings."""
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _read_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def read_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The experiment file at ``path`` merged over the experiments it ``extends:``."""
     data = read_yaml(path)
     parent = data.pop("extends", None)
     if parent is None:
@@ -126,113 +118,24 @@ def _read_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any
     parent_path = experiment_path(parent, path.parent)
     if parent_path.resolve() in seen or parent_path.resolve() == path.resolve():
         raise ConfigError(display_path(path), f"circular extends via '{parent}'", key="extends")
-    base = _read_with_extends(parent_path, (*seen, path.resolve()))
+    base = read_with_extends(parent_path, (*seen, path.resolve()))
     return deep_merge(base, data)
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """Split ``training.lr=0.001`` into a dotted key and a YAML-typed value."""
-    key, sep, value_text = text.partition("=")
-    key = key.strip()
-    if not sep or not OVERRIDE_KEY.match(key):
-        raise ConfigError(f"--set {text}", "must be KEY=VALUE with a dotted key, e.g. training.lr=3e-4")
-    try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
-    except yaml.YAMLError:
-        raise ConfigError(f"--set {text}", "value is not valid YAML") from None
-    return key, _yaml11_number(value)
-
-
-def _yaml11_number(value: Any) -> Any:
-    """YAML 1.1 reads ``1e-3`` (no dot) as a string; users mean a number."""
-    if isinstance(value, str):
-        try:
-            return float(value) if re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value) else value
-        except ValueError:
-            return value
-    return value
-
-
-def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``training.lr``-style ``key`` in ``data`` in place, creating sections as needed."""
-    node = data
-    *parents, leaf = key.split(".")
-    for part in parents:
-        child = node.get(part)
-        if part == "env" and isinstance(child, str):
-            child = {"id": child}
-        if child is None:
-            child = {}
-        if not isinstance(child, dict):
-            raise ValueError(f"'{part}' is not a section")
-        node[part] = child = dict(child)
-        node = child
-    node[leaf] = value
-
-
-def with_values(data: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``data`` with each dotted key of ``values`` set."""
-    data = deep_merge({}, data)
-    for key, value in values.items():
-        set_dotted(data, key, value)
-    return data
-
-
-def apply_overrides(data: dict[str, Any], overrides: tuple[str, ...]) -> dict[str, Any]:
-    """A copy of ``data`` with each ``KEY=VALUE`` override set."""
-    data = deep_merge({}, data)
-    for text in overrides:
-        key, value = parse_override(text)
-        try:
-            set_dotted(data, key, value)
-        except ValueError as exc:
-            raise ConfigError(f"--set {text}", str(exc)) from None
-    return data
-
-
-def validate_experiment(data: dict[str, Any], source: str, overrides: tuple[str, ...] = ()) -> Any:
-    """Validate a raw experiment mapping against the schema of its algorithm."""
-    from pydantic import BaseModel, ValidationError
-
-    from rl_app.algorithms import ALGORITHMS
-    from rl_app.config.schema import Experiment
-
-    algorithm = data.get("algorithm")
-    if algorithm is None:
-        raise ConfigError(source, "required key is missing", key="algorithm")
-    if algorithm not in ALGORITHMS:
-        close = difflib.get_close_matches(str(algorithm).upper(), list(ALGORITHMS), n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        raise ConfigError(
-            source,
-            f"unknown algorithm '{algorithm}'; {hint}(allowed: {', '.join(ALGORITHMS)})",
-            key="algorithm",
-        )
-    model: type[BaseModel] = Experiment[ALGORITHMS[algorithm].training]  # type: ignore[misc,assignment]
-    try:
-        experiment = model.model_validate({"training": {}, **data})
-    except ValidationError as exc:
-        key, message = describe_validation_error(exc, model)
-        raise ConfigError(_source_of(key, source, overrides), message, key=key) from None
-    if getattr(experiment, "sweep", None) is not None:
-        from rl_app.config.sweep import check_sweep
-
-        check_sweep(data, experiment, lambda key: _source_of(key, source, overrides))
+def validate_experiment(
+    data: dict[str, Any], source: str, overrides: tuple[str, ...] = ()
+) -> ExperimentConfig:
+    """Validate a raw experiment mapping: its algorithm's schema, then its sweep section."""
+    experiment = validate_schema(data, source, overrides)
+    if experiment.sweep is not None:
+        check_sweep(data, experiment, lambda key: source_of(key, source, overrides))
     return experiment
-
-
-def _source_of(key: str, source: str, overrides: tuple[str, ...]) -> str:
-    for text in reversed(overrides):
-        override_key = text.partition("=")[0].strip()
-        if key == override_key or key.startswith(override_key + "."):
-            return f"--set {text}"
-    return source
 
 
 def load_experiment(name: str, overrides: tuple[str, ...] | list[str] = ()) -> LoadedExperiment:
     """Load experiment ``name`` from the experiments folder, apply overrides, validate."""
     overrides = tuple(overrides)
     path = experiment_path(name)
-    data = apply_overrides(_read_with_extends(path), overrides)
+    data = apply_overrides(read_with_extends(path), overrides)
     config = validate_experiment(data, display_path(path), overrides)
     return LoadedExperiment(name=path.stem, path=path, config=config, overrides=overrides)

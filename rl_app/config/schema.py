@@ -6,7 +6,7 @@ not set stay unset, so RLlib's own defaults apply (``rl_app show`` prints them).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -44,9 +44,44 @@ def _check_schedule(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
 Schedule = Annotated[list[tuple[NonNegativeInt, float]], AfterValidator(_check_schedule)]
 
 
+class WrapperSpec(Section):
+    """One env wrapper: a name from ``rl_app.envs.WRAPPERS`` or 'package.module:Class', with kwargs.
+
+    Written in YAML as ``- name`` or ``- name: {kwarg: value}``, as RL Zoo's ``env_wrapper``.
+    """
+
+    name: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_written(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"name": value}
+        if isinstance(value, dict) and len(value) == 1 and "name" not in value:
+            (name, kwargs), *_ = value.items()
+            return {"name": name, "kwargs": {} if kwargs is None else kwargs}
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _known_wrapper(cls, name: str) -> str:
+        from rl_app.envs import check_wrapper
+
+        check_wrapper(name)
+        return name
+
+    @model_serializer(mode="plain")
+    def _written(self) -> Any:
+        return {self.name: dict(self.kwargs)} if self.kwargs else self.name
+
+
 class EnvSection(Section):
     id: str = Field(description="Gymnasium env id (CartPole-v1) or 'package.module:Class'.")
     config: dict[str, Any] = Field(default_factory=dict, description="kwargs for the env.")
+    wrappers: list[WrapperSpec] | None = Field(
+        None, description="Applied in order around the env, in training, evaluation and export alike."
+    )
 
     @field_validator("id")
     @classmethod
@@ -310,3 +345,7 @@ class Experiment(Section, Generic[T]):
     @classmethod
     def _env_shorthand(cls, value: Any) -> Any:
         return {"id": value} if isinstance(value, str) else value
+
+
+# An experiment of any algorithm, as every module past the loader sees it.
+ExperimentConfig: TypeAlias = Experiment[TrainingSection]

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rl_app.config.data import with_values
+from rl_app.config.schema import ExperimentConfig
+from rl_app.config.validate import validate_schema
 from rl_app.errors import ConfigError
 
 SWEEPABLE_PREFIXES = ("training.", "model.", "env.config.")
@@ -32,24 +35,25 @@ def trial_data(data: dict[str, Any]) -> dict[str, Any]:
     return trial
 
 
-def metric_name(experiment: Any) -> str:
+def metric_name(experiment: ExperimentConfig) -> str:
     """The sweep's metric: as set, else eval_return when evaluation is on, else return."""
+    assert experiment.sweep is not None
     return str(experiment.sweep.metric or ("eval_return" if experiment.evaluation.interval else "return"))
 
 
-def asha_max_t(experiment: Any) -> int | None:
+def asha_max_t(experiment: ExperimentConfig) -> int | None:
     """ASHA's longest trial: ``max_t``, else the trial stop rule in the scheduler's time unit."""
     sweep = experiment.sweep
+    assert sweep is not None
     stop = sweep.stop or experiment.stop
     fallback = stop.timesteps if sweep.scheduler.time_attr == "timesteps" else stop.iterations
     return sweep.scheduler.max_t or fallback
 
 
-def check_sweep(data: dict[str, Any], experiment: Any, source_of: Callable[[str], str]) -> None:
+def check_sweep(data: dict[str, Any], experiment: ExperimentConfig, source_of: Callable[[str], str]) -> None:
     """Raise ConfigError naming ``sweep.<key>`` for anything the sweep cannot run."""
-    from rl_app.config.loader import validate_experiment, with_values
-
     sweep = experiment.sweep
+    assert sweep is not None
     source = source_of("sweep")
     base = trial_data(data)
     for key, entry in sweep.space.items():
@@ -58,7 +62,7 @@ def check_sweep(data: dict[str, Any], experiment: Any, source_of: Callable[[str]
             raise ConfigError(source, f"cannot be swept (allowed: {SWEEPABLE})", key=where)
         for value in entry.candidates():
             try:
-                validate_experiment(with_values(base, {key: value}), source)
+                validate_schema(with_values(base, {key: value}), source)
             except ConfigError as exc:
                 detail = f"{exc.key}: {exc.message}" if exc.key else exc.message
                 raise ConfigError(

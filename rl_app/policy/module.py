@@ -67,7 +67,7 @@ class Policy(torch.nn.Module):
 
 def load_policy(checkpoint: Path, explore: bool = False) -> Policy:
     """The policy of an rl_app checkpoint, in eval mode on the CPU."""
-    from rl_app.checkpoints import load_module
+    from rl_app.rllib.algorithm import load_module
 
     module = load_module(checkpoint)
     module.eval()

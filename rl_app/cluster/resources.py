@@ -1,10 +1,14 @@
-"""How many env runners and which learner device, from the cores and GPUs available."""
+"""How many env runners and which learner device, from the cores and GPUs available; and how a
+sweep's trials share them."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+
+from rl_app.algorithms import algorithm_spec
+from rl_app.config import ExperimentConfig
+from rl_app.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,13 @@ def local_gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def plan_resources(experiment: Any, num_cpus: int, num_gpus: float) -> ResourcePlan:
+def evaluation_runners(experiment: ExperimentConfig) -> int:
+    """Env runners the experiment keeps for evaluation alone (none when it never evaluates)."""
+    evaluation = experiment.evaluation
+    return evaluation.num_env_runners if evaluation.interval else 0
+
+
+def plan_resources(experiment: ExperimentConfig, num_cpus: int, num_gpus: float) -> ResourcePlan:
     """Spread env runners over the cores, minus the ones reserved for driver and learner.
 
     'auto' never gives a synchronous algorithm (PPO, DQN, SAC) a single remote runner:
@@ -56,15 +66,11 @@ def plan_resources(experiment: Any, num_cpus: int, num_gpus: float) -> ResourceP
     (a fraction of one when ``num_gpus`` < 1: sweep trials sharing a GPU);
     ``device: gpu`` without a GPU is an error.
     """
-    from rl_app.algorithms import ALGORITHMS
-    from rl_app.errors import UserError
-
     runners = experiment.env_runners
-    evaluation = experiment.evaluation
-    eval_runners = evaluation.num_env_runners if evaluation.interval else 0
+    eval_runners = evaluation_runners(experiment)
     if runners.num_env_runners == "auto":
         num_env_runners = max(0, num_cpus - runners.reserved_cpus - eval_runners)
-        if num_env_runners == 1 and not ALGORITHMS[experiment.algorithm].asynchronous_sampling:
+        if num_env_runners == 1 and not algorithm_spec(experiment.algorithm).asynchronous_sampling:
             # A synchronous algorithm waits for its one runner, then the runner waits for
             # the learner: same steps/s as sampling on the driver, plus an actor to start.
             num_env_runners = 0
@@ -93,4 +99,55 @@ def plan_resources(experiment: Any, num_cpus: int, num_gpus: float) -> ResourceP
         num_envs_per_env_runner=runners.num_envs_per_env_runner,
         num_learners=num_learners,
         num_gpus_per_learner=min(1.0, num_gpus) if use_gpu else 0,
+    )
+
+
+@dataclass(frozen=True)
+class TrialResources:
+    """How a sweep shares the cluster: trials at a time, and each trial's own resource plan."""
+
+    concurrent: int
+    cpus_per_trial: int
+    gpus_per_trial: float
+    plan: ResourcePlan
+    requested: int | None = None  # max_concurrent_trials when it asked for more than fits
+
+    def describe(self, num_trials: int) -> str:
+        capped = f" (max_concurrent_trials {self.requested} capped to fit)" if self.requested else ""
+        return (
+            f"{num_trials} trials, {self.concurrent} at a time{capped}; each trial gets "
+            f"{self.plan.describe()}"
+        )
+
+
+def plan_trial_resources(
+    experiment: ExperimentConfig, num_trials: int, num_cpus: int, num_gpus: int
+) -> TrialResources:
+    """Fit as many concurrent trials as the CPUs allow, then give each its share.
+
+    The rule: a trial needs ``reserved_cpus`` (at least 1, for its learner and sampling
+    in-process) plus its fixed env, evaluation and learner actors. Concurrency is
+    ``min(max_concurrent_trials, trials, CPUs // that)``; with ``num_env_runners: auto``
+    each trial then gets ``CPUs // concurrency`` cores and uses the spare ones as env
+    runners. GPUs are split evenly (fractions of one) between concurrent trials.
+    """
+    runners, learners, sweep = experiment.env_runners, experiment.learners, experiment.sweep
+    assert sweep is not None
+    eval_runners = evaluation_runners(experiment)
+    fixed = 0 if runners.num_env_runners == "auto" else runners.num_env_runners
+    minimum = max(1, runners.reserved_cpus) + eval_runners + fixed + learners.num_learners
+    if minimum > num_cpus:
+        raise UserError(f"one trial needs {minimum} CPUs but the cluster has {num_cpus}")
+    fits = num_cpus // minimum
+    wanted = fits if sweep.max_concurrent_trials == "auto" else sweep.max_concurrent_trials
+    concurrent = max(1, min(wanted, fits, num_trials))
+    cpus = num_cpus // concurrent if runners.num_env_runners == "auto" else minimum
+    use_gpu = learners.device != "cpu" and num_gpus > 0
+    gpus = min(1.0, num_gpus / concurrent) if use_gpu else 0.0
+    return TrialResources(
+        concurrent=concurrent,
+        cpus_per_trial=cpus,
+        gpus_per_trial=gpus,
+        plan=plan_resources(experiment, cpus, gpus),
+        requested=wanted if wanted > fits and sweep.max_concurrent_trials != "auto" else None,
     )

@@ -12,8 +12,11 @@ from typing import Any
 
 from rich.console import Console
 
-from rl_app.checkpoints import read_info
-from rl_app.runs import is_run_dir, locate_checkpoint, write_json
+from rl_app.config import EnvSection
+from rl_app.runs.checkpoints import read_info
+from rl_app.runs.files import write_json
+from rl_app.runs.layout import checkpoint_experiment, is_run_dir
+from rl_app.runs.remote import locate_checkpoint
 
 VIDEO_EPISODES = 3
 
@@ -26,7 +29,7 @@ class EpisodeResult:
 
 
 def run_episodes(
-    policy: Any, env_id: str, env_config: dict[str, Any], seeds: list[int], video_dir: str | None = None
+    policy: Any, env_spec: EnvSection, seeds: list[int], video_dir: str | None = None
 ) -> list[EpisodeResult]:
     """Play one episode per seed with ``policy``; record the first few to ``video_dir`` as mp4."""
     import torch
@@ -35,7 +38,7 @@ def run_episodes(
 
     torch.set_num_threads(1)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render offscreen: no display needed
-    env = make_env(env_id, env_config, render_mode="rgb_array" if video_dir else None)
+    env = make_env(env_spec, render_mode="rgb_array" if video_dir else None)
     if video_dir:
         from gymnasium.wrappers import RecordVideo
 
@@ -71,18 +74,10 @@ def _stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def _run_config(checkpoint: Path) -> tuple[Path | None, dict[str, Any]]:
-    """The run folder holding ``checkpoint`` and its env config (empty when standalone)."""
-    from rl_app.config.loader import read_yaml
-
-    run_dir: Path | None = checkpoint.parent.parent
-    if run_dir is not None and is_run_dir(run_dir):
-        source = run_dir / "experiment.yaml"
-    else:  # a sweep trial's checkpoint: its trial folder holds the trial's experiment.yaml
-        run_dir, source = None, checkpoint.parent / "experiment.yaml"
-    experiment = read_yaml(source) if source.is_file() else {}
-    env = experiment.get("env", {})
-    return run_dir, dict(env.get("config", {})) if isinstance(env, dict) else {}
+def _env_of(checkpoint: Path, env_id: str) -> EnvSection:
+    """The env the checkpoint was trained on: its experiment's (config and wrappers), else the bare id."""
+    experiment = checkpoint_experiment(checkpoint)
+    return experiment.env if experiment is not None else EnvSection.model_validate({"id": env_id})
 
 
 def evaluate(
@@ -97,13 +92,14 @@ def evaluate(
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Evaluate the policy at ``location``; print and return the statistics, write ``eval.json``."""
-    from rl_app.policy import load_policy
+    from rl_app.policy.module import load_policy
 
     console = console or Console()
     checkpoint = locate_checkpoint(location, runs_root)
     info = read_info(checkpoint)
-    run_dir, env_config = _run_config(checkpoint)
-    out_dir = run_dir or checkpoint
+    env_spec = _env_of(checkpoint, info.env)
+    run_dir = checkpoint.parent.parent
+    out_dir = run_dir if is_run_dir(run_dir) else checkpoint
     policy = load_policy(checkpoint, explore=explore)
     seeds = list(range(seed, seed + episodes))
     video_dir = str((out_dir / "videos" / checkpoint.name).resolve()) if video else None
@@ -113,9 +109,9 @@ def evaluate(
         f"{'sampled' if explore else 'deterministic'} actions, {workers} worker(s)"
     )
     if workers == 1:
-        results = run_episodes(policy, info.env, env_config, seeds, video_dir)
+        results = run_episodes(policy, env_spec, seeds, video_dir)
     else:
-        results = _run_in_parallel(policy, info.env, env_config, seeds, workers, video_dir)
+        results = _run_in_parallel(policy, env_spec, seeds, workers, video_dir)
     returns = [r.episode_return for r in results]
     lengths = [float(r.length) for r in results]
     report: dict[str, Any] = {
@@ -144,24 +140,19 @@ def evaluate(
 
 
 def _run_in_parallel(
-    policy: Any,
-    env_id: str,
-    env_config: dict[str, Any],
-    seeds: list[int],
-    workers: int,
-    video_dir: str | None,
+    policy: Any, env_spec: EnvSection, seeds: list[int], workers: int, video_dir: str | None
 ) -> list[EpisodeResult]:
     """Split the seeds over Ray tasks; the policy goes into the object store once for all of them."""
     import ray
 
-    from rl_app.ray_session import ray_session
+    from rl_app.cluster.session import ray_session
 
     with ray_session():
         policy_ref = ray.put(policy)
         task = ray.remote(num_cpus=1)(run_episodes)
         shares = [seeds[i::workers] for i in range(workers)]
         futures = [
-            task.remote(policy_ref, env_id, env_config, share, video_dir if i == 0 else None)
+            task.remote(policy_ref, env_spec, share, video_dir if i == 0 else None)
             for i, share in enumerate(shares)
         ]
         results = [r for batch in ray.get(futures) for r in batch]

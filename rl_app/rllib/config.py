@@ -1,38 +1,64 @@
-"""The only module that talks to RLlib's config API.
-
-It maps a validated experiment onto ``AlgorithmConfig``'s fluent setters, runs
-RLlib's own ``validate()`` and turns its errors into one-line messages. When RLlib
-renames a knob, only this file changes.
-"""
+"""Experiment -> RLlib ``AlgorithmConfig``: the fluent setters, RLlib's own ``validate()``, its
+errors as one line. When RLlib renames a knob, only this file changes."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
-from typing import Any
+import json
+from typing import TYPE_CHECKING, Any
 
-from rl_app.algorithms import ALGORITHMS, AlgorithmSpec
+from rl_app.algorithms import AlgorithmSpec, algorithm_spec
+from rl_app.cluster.resources import ResourcePlan
+from rl_app.config import EnvSection, ExperimentConfig
 from rl_app.errors import ConfigError, first_line
-from rl_app.resources import ResourcePlan
+
+if TYPE_CHECKING:
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+RLLIB_ALGORITHMS = "ray.rllib.algorithms"
 
 
-def algorithm_spec(experiment: Any) -> AlgorithmSpec:
-    return ALGORITHMS[experiment.algorithm]
+def _config_module(spec: AlgorithmSpec) -> str:
+    return f"{RLLIB_ALGORITHMS}.{spec.rllib_config.partition(':')[0]}"
 
 
-def algorithm_build_modules(experiment: Any) -> list[str]:
+def algorithm_build_modules(experiment: ExperimentConfig) -> list[str]:
     """The slow imports of building the experiment's algorithm in this process, for
     ``ray_session(preload=...)``: the module of its RLlib ``AlgorithmConfig``, and
     torch._inductor, which RLlib's seeding (torch.use_deterministic_algorithms) imports on
     first use (~0.8 s here)."""
-    return [algorithm_spec(experiment).config_class.partition(":")[0], "torch._inductor"]
+    return [_config_module(algorithm_spec(experiment.algorithm)), "torch._inductor"]
 
 
-def _config_class(spec: AlgorithmSpec) -> type:
-    module_name, _, class_name = spec.config_class.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
+def _config_class(spec: AlgorithmSpec) -> type[AlgorithmConfig]:
+    class_name = spec.rllib_config.partition(":")[2]
+    config_class: type[AlgorithmConfig] = getattr(importlib.import_module(_config_module(spec)), class_name)
+    return config_class
 
 
-def training_kwargs(experiment: Any) -> dict[str, Any]:
+def registered_env(env: EnvSection) -> str:
+    """Register the experiment's env with Tune under a name RLlib can use, and return that name.
+
+    Every env reaches RLlib through :func:`rl_app.envs.make_env` (with the declared
+    wrappers), as it reaches evaluation and export. The name includes the wrappers, so
+    two experiments on one id with different wrappers never share a creator.
+    """
+    from ray.tune.registry import register_env
+
+    from rl_app.envs import env_creator
+
+    wrappers = json.dumps(env.model_dump(mode="json")["wrappers"], sort_keys=True)
+    name = (
+        f"rl_app:{env.id}"
+        if env.wrappers is None
+        else f"rl_app:{env.id}:{hashlib.sha1(wrappers.encode()).hexdigest()[:8]}"
+    )
+    register_env(name, env_creator(env))
+    return name
+
+
+def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
     """The experiment's training section as keyword arguments of ``.training()``."""
     kwargs = experiment.training.model_dump(exclude_none=True)
     if "replay_buffer" in kwargs:
@@ -43,18 +69,6 @@ def training_kwargs(experiment: Any) -> dict[str, Any]:
     if isinstance(kwargs.get("n_step"), tuple):
         kwargs["n_step"] = tuple(kwargs["n_step"])
     return kwargs
-
-
-def _env_name(env_id: str) -> str:
-    """Gymnasium ids pass straight to RLlib; 'module:Class' ids are registered with Tune."""
-    if ":" not in env_id:
-        return env_id
-    from ray.tune.registry import register_env
-
-    from rl_app.envs import make_env_creator
-
-    register_env(env_id, make_env_creator(env_id))
-    return env_id
 
 
 def evaluation_envs(episodes: int, num_runners: int, most: int = 64) -> int:
@@ -68,17 +82,20 @@ def evaluation_envs(episodes: int, num_runners: int, most: int = 64) -> int:
     return max(n for n in range(1, min(per_runner, most) + 1) if per_runner % n == 0)
 
 
-def build_algorithm_config(experiment: Any, plan: ResourcePlan, source: str) -> Any:
+def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: str) -> AlgorithmConfig:
     """An RLlib ``AlgorithmConfig`` for ``experiment``, validated by RLlib."""
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    spec = algorithm_spec(experiment)
+    from rl_app.rllib.env_runner import RLAppEnvRunner
+
+    spec = algorithm_spec(experiment.algorithm)
     runners = experiment.env_runners
     config = (
         _config_class(spec)()
         .framework("torch")
-        .environment(env=_env_name(experiment.env.id), env_config=dict(experiment.env.config))
+        .environment(env=registered_env(experiment.env), env_config=dict(experiment.env.config))
         .env_runners(
+            env_runner_cls=RLAppEnvRunner,
             num_env_runners=plan.num_env_runners,
             num_envs_per_env_runner=plan.num_envs_per_env_runner,
             rollout_fragment_length=runners.rollout_fragment_length,
@@ -108,7 +125,6 @@ def build_algorithm_config(experiment: Any, plan: ResourcePlan, source: str) -> 
                 "num_envs_per_env_runner": evaluation_envs(evaluation.episodes, evaluation.num_env_runners),
             },
         )
-        config.callbacks(on_evaluate_end=vary_evaluation_starts)
     try:
         config.validate()
     except (ValueError, TypeError, KeyError) as exc:
@@ -116,38 +132,7 @@ def build_algorithm_config(experiment: Any, plan: ResourcePlan, source: str) -> 
     return config
 
 
-def vary_evaluation_starts(algorithm: Any, **_: Any) -> None:
-    """After each evaluation, let the eval envs' own (seeded) RNG pick the next start states.
-
-    RLlib's env runner resets its envs with its fixed seed every time it is asked for a
-    number of episodes, so otherwise every evaluation replays the same start states and
-    "best evaluation return" ranks checkpoints on those few alone. The first evaluation
-    is still seeded, so a seeded run stays reproducible.
-    """
-    algorithm.eval_env_runner_group.foreach_env_runner(_unseed_resets, local_env_runner=True)
-
-
-def _unseed_resets(runner: Any) -> None:
-    runner._seed = None  # private, but the only switch: RLlib reads it at each reset
-
-
-def build_algorithm(config: Any) -> Any:
-    """``config.build_algo()``, with the replay buffer's sampling seeded too.
-
-    RLlib seeds env runners and learners from ``config.seed`` but creates its episode
-    replay buffers with ``np.random.default_rng(None)``, so without this a DQN or SAC
-    run samples different minibatches (and n-steps) every time it is started.
-    """
-    import numpy as np
-
-    algo = config.build_algo()
-    buffer = getattr(algo, "local_replay_buffer", None)
-    if buffer is not None and config.seed is not None and hasattr(buffer, "rng"):
-        buffer.rng = np.random.default_rng(config.seed)
-    return algo
-
-
-def resolved_settings(experiment: Any, config: Any) -> dict[str, Any]:
+def resolved_settings(experiment: ExperimentConfig, config: AlgorithmConfig) -> dict[str, Any]:
     """The experiment with every unset training/model value filled in from RLlib's config."""
     resolved = experiment.model_dump(mode="json", by_alias=True, exclude={"extends"})
     training = {}
@@ -169,3 +154,10 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return repr(value)
+
+
+def trial_resources(config: AlgorithmConfig) -> Any:
+    """What one sweep trial of ``config`` asks Tune for: RLlib sizes the placement group (the
+    trial process, its env runner and learner actors)."""
+    algo_class: Any = config.algo_class
+    return algo_class.default_resource_request(config)

@@ -9,9 +9,10 @@ from typing import Any
 
 from rich.console import Console
 
-from rl_app.checkpoints import read_info
 from rl_app.errors import UserError
-from rl_app.runs import locate_checkpoint, write_json
+from rl_app.runs.checkpoints import read_info
+from rl_app.runs.files import write_json
+from rl_app.runs.remote import locate_checkpoint
 
 FILENAMES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 
@@ -35,7 +36,7 @@ def export_policy(
     """Write ``policy.pt`` or ``policy.onnx`` and ``policy.json`` (spaces, algorithm, source)."""
     import torch
 
-    from rl_app.policy import load_policy, space_description
+    from rl_app.policy.module import load_policy, space_description
 
     if fmt not in FILENAMES:
         raise UserError(f"export format '{fmt}' is not one of: {', '.join(FILENAMES)}")

@@ -4,35 +4,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
-
-@dataclass
-class IterationMetrics:
-    """The numbers of one training iteration that we report and log."""
-
-    iteration: int
-    timesteps: int
-    episodes: int
-    return_mean: float
-    return_min: float
-    return_max: float
-    episode_len_mean: float
-    eval_return_mean: float
-    steps_per_s: float
-    iteration_s: float
-    elapsed_s: float
-    cpu_percent: float = math.nan
-    memory_mb: float = math.nan
-    system_memory_percent: float = math.nan
-    gpu_util_percent: float = math.nan
-    gpu_memory_mb: float = math.nan
-
-
-CSV_FIELDS = list(IterationMetrics.__dataclass_fields__)
+from rl_app.runs.progress import IterationMetrics
 
 
 def _fmt_duration(seconds: float) -> str:

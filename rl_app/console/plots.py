@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any
 
+from rl_app.console.progress import format_value
+from rl_app.runs.progress import METRIC_COLUMNS, read_progress
+
 METRIC_LABELS = {"return": "mean episode return (training)", "eval_return": "mean evaluation return"}
-HISTORY_KEYS = {"return": "return_mean", "eval_return": "eval_return_mean"}
 
 
 def _pyplot() -> Any:
@@ -19,13 +20,6 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def read_progress(progress_csv: Path) -> list[dict[str, float]]:
-    with progress_csv.open(newline="") as handle:
-        return [
-            {k: float(v) if v != "" else math.nan for k, v in row.items()} for row in csv.DictReader(handle)
-        ]
 
 
 def plot_reward_curve(progress_csv: Path, out_png: Path, title: str) -> Path:
@@ -131,15 +125,13 @@ def report_runs(run_dirs: list[Path], out: Path | None = None) -> list[Path]:
 
 
 def _short_values(values: dict[str, Any]) -> str:
-    from rl_app.progress import format_value
-
     return ", ".join(f"{key.rsplit('.', 1)[-1]}={format_value(v)}" for key, v in values.items())
 
 
 def plot_trial_curves(trials: list[Any], metric: str, out_png: Path, title: str, labelled: int = 8) -> Path:
     """Every sweep trial's learning curve on one chart; the best ``labelled`` named in the legend."""
     plt = _pyplot()
-    key = HISTORY_KEYS[metric]
+    key = METRIC_COLUMNS[metric]
     fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     for trial in sorted(trials, key=lambda t: t.rank, reverse=True):  # best drawn last, on top
         points = [h for h in trial.history if not math.isnan(h[key])]
@@ -171,8 +163,6 @@ def plot_trial_curves(trials: list[Any], metric: str, out_png: Path, title: str,
 def plot_hyperparameters(trials: list[Any], space: dict[str, Any], metric: str, out_png: Path) -> Path:
     """One panel per swept key: each trial's final metric against its sampled value."""
     plt = _pyplot()
-    from rl_app.progress import format_value
-
     keys = list(space)
     columns = min(3, len(keys))
     rows = math.ceil(len(keys) / columns)

@@ -6,12 +6,12 @@ import importlib
 import logging
 import os
 import threading
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from rl_app.errors import UserError, first_line
+from rl_app.rllib.logs import quiet_libraries
 
 
 @dataclass(frozen=True)
@@ -19,16 +19,6 @@ class Cluster:
     num_cpus: int
     num_gpus: int
     address: str | None  # None: a local Ray started by us (or by the caller)
-
-
-def quiet_libraries() -> None:
-    # RLlib and Gymnasium log deprecation notices on every start; they are not for our users.
-    for name in ("ray", "ray.rllib", "ray.tune"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    # Ray Tune's own trial tables and banners; rl_app prints its own.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    warnings.filterwarnings("ignore", module="gymnasium")
 
 
 def _import_in_background(modules: Sequence[str]) -> threading.Thread:
@@ -62,7 +52,7 @@ def ray_session(
         quiet_libraries()
     import ray
 
-    from rl_app.resources import local_cpu_count, local_gpu_count
+    from rl_app.cluster.resources import local_cpu_count, local_gpu_count
 
     preloading = _import_in_background(("torch", *preload))
 

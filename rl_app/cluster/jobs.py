@@ -18,13 +18,13 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from rl_app.cluster import DEFAULT_STATE_DIR, read_state, read_token
+from rl_app.cluster.head import DEFAULT_STATE_DIR, read_state, read_token
 from rl_app.errors import UserError, first_line
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 # Never uploaded with a job: results, environments, caches, VCS, the local cluster's state.
 WORKING_DIR_EXCLUDES = [
-    "runs/", ".venv/", ".conda-env/", ".git/", ".cluster/", "bench/results/", "**/__pycache__/",
+    "/runs/", ".venv/", ".conda-env/", ".git/", ".cluster/", "/bench/results/", "**/__pycache__/",
     "*.egg-info/", ".mypy_cache/", ".pytest_cache/", ".ruff_cache/",
 ]  # fmt: skip
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -94,7 +94,7 @@ def client(conn: Connection) -> Any:
 
 def project_root() -> Path:
     """The folder holding rl_app/ and experiments/: what a job's working_dir ships."""
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def entrypoint(

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rl_app.config import available_experiments, experiments_dir, load_experiment
-from rl_app.config.loader import _read_with_extends, experiment_path
+from rl_app.config.loader import experiment_path, read_with_extends
 
 
 def list_experiments(console: Console | None = None) -> None:
@@ -20,7 +20,7 @@ def list_experiments(console: Console | None = None) -> None:
     for column in ("name", "algorithm", "env", "description"):
         table.add_column(column)
     for name in available_experiments():
-        data = _read_with_extends(experiment_path(name))
+        data = read_with_extends(experiment_path(name))
         env = data.get("env")
         env_id = env.get("id") if isinstance(env, dict) else env
         table.add_row(name, str(data.get("algorithm", "?")), str(env_id), str(data.get("description", "")))
@@ -29,12 +29,12 @@ def list_experiments(console: Console | None = None) -> None:
 
 def show_experiment(name: str, overrides: list[str] | tuple[str, ...] = ()) -> None:
     """Print the fully resolved config: schema defaults + YAML + overrides + RLlib defaults."""
-    from rl_app.resources import local_cpu_count, local_gpu_count, plan_resources
-    from rl_app.rllib_adapter import build_algorithm_config, resolved_settings
+    from rl_app.cluster.resources import local_cpu_count, local_gpu_count, plan_resources
+    from rl_app.rllib.config import algorithm_config, resolved_settings
 
     loaded = load_experiment(name, overrides)
     plan = plan_resources(loaded.config, local_cpu_count(), local_gpu_count())
-    config = build_algorithm_config(loaded.config, plan, loaded.source)
+    config = algorithm_config(loaded.config, plan, loaded.source)
     print(f"# {name}: {loaded.source}{''.join(' --set ' + o for o in loaded.overrides)}")
     print(f"# resources on this machine: {plan.describe()}")
     print(yaml.safe_dump(resolved_settings(loaded.config, config), sort_keys=False), end="")
@@ -43,7 +43,7 @@ def show_experiment(name: str, overrides: list[str] | tuple[str, ...] = ()) -> N
 def list_runs(runs_root: Path, console: Console | None = None) -> None:
     """Print every run under ``runs_root``: experiment, status, best return, timesteps, checkpoint."""
     from rl_app.errors import UserError
-    from rl_app.runs import find_runs
+    from rl_app.runs.listing import find_runs
 
     if not runs_root.is_dir():
         raise UserError(f"runs folder '{runs_root}' does not exist (train something first, or --runs-dir)")

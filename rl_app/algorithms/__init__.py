@@ -1,0 +1,38 @@
+"""The algorithm registry: one entry per supported algorithm.
+
+Adding an RLlib algorithm (IMPALA, ...) is one entry here; if its hyperparameters are
+not covered by an existing training section, add a section to the schema.
+This package imports neither Ray nor torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rl_app.config.schema import DQNTraining, PPOTraining, SACTraining, TrainingSection
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    # "module:Class" of its AlgorithmConfig in RLlib's algorithms package (see rl_app/rllib/config.py).
+    rllib_config: str
+    training: type[TrainingSection]
+    # Samples while the learner updates (APPO); synchronous ones alternate the two.
+    asynchronous_sampling: bool = False
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {
+    spec.name: spec
+    for spec in (
+        AlgorithmSpec("PPO", "ppo:PPOConfig", PPOTraining),
+        AlgorithmSpec("APPO", "appo:APPOConfig", PPOTraining, asynchronous_sampling=True),
+        AlgorithmSpec("DQN", "dqn:DQNConfig", DQNTraining),
+        AlgorithmSpec("SAC", "sac:SACConfig", SACTraining),
+    )
+}
+
+
+def algorithm_spec(name: str) -> AlgorithmSpec:
+    """The registry entry of algorithm ``name`` (the schema has already checked it exists)."""
+    return ALGORITHMS[name]

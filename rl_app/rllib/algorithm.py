@@ -1,0 +1,106 @@
+"""Build, save, restore and warm-start an RLlib ``Algorithm`` through RLlib's public component names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from ray.rllib.core import (
+    COMPONENT_LEARNER,
+    COMPONENT_LEARNER_GROUP,
+    COMPONENT_RL_MODULE,
+    DEFAULT_MODULE_ID,
+)
+
+from rl_app.cluster.resources import ResourcePlan
+from rl_app.config import ExperimentConfig
+from rl_app.errors import first_line
+from rl_app.rllib.config import algorithm_config
+from rl_app.rllib.env_runner import RLAppEnvRunner
+from rl_app.rllib.replay import restore_replay_buffer, save_replay_buffer, seed_replay_buffer
+from rl_app.runs.checkpoints import CheckpointError
+
+if TYPE_CHECKING:
+    from ray.rllib.algorithms.algorithm import Algorithm
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+    from ray.rllib.core.rl_module.torch import TorchRLModule
+
+# Where the trained policy lives inside an Algorithm's state and checkpoint folder.
+MODULE_PATH = (COMPONENT_LEARNER_GROUP, COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID)
+
+
+def build_algorithm(config: AlgorithmConfig) -> Algorithm:
+    """``config.build_algo()``, with the replay buffer's sampling seeded too (see ``replay``)."""
+    algo = config.build_algo()
+    seed_replay_buffer(algo, config.seed)
+    return algo
+
+
+def build_experiment(experiment: ExperimentConfig, plan: ResourcePlan, source: str) -> Algorithm:
+    """The RLlib ``Algorithm`` of ``experiment`` on the resources of ``plan``."""
+    return build_algorithm(algorithm_config(experiment, plan, source))
+
+
+def save_algorithm(algo: Algorithm, folder: Path, replay_buffer: bool) -> None:
+    """RLlib's checkpoint of ``algo`` in ``folder``, plus its replay buffer when asked and present."""
+    algo.save_to_path(str(folder.resolve()))
+    if replay_buffer:
+        save_replay_buffer(algo, folder)
+
+
+def restore_algorithm(algo: Algorithm, checkpoint: Path) -> None:
+    """Restore everything RLlib saved, and the replay buffer when there is one."""
+    try:
+        algo.restore_from_path(str(checkpoint.resolve()))
+    except Exception as exc:  # RLlib raises many kinds for damaged files
+        raise CheckpointError(
+            f"checkpoint '{checkpoint}' is corrupt or truncated: {type(exc).__name__}: {_detail(exc)}"
+        ) from None
+    restore_replay_buffer(algo, checkpoint)
+
+
+def reseed_env_runners(algo: Algorithm, seed: int | None) -> None:
+    """Re-seed every training and evaluation env runner as if the algorithm were built with ``seed``."""
+    for group in (algo.env_runner_group, algo.eval_env_runner_group):
+        if group is not None:
+            group.foreach_env_runner(
+                lambda runner: cast(RLAppEnvRunner, runner).reseed(seed), local_env_runner=True
+            )
+
+
+def load_module(checkpoint: Path) -> TorchRLModule:
+    """The trained RLModule of ``checkpoint``, read from disk once, on this process."""
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    module_dir = checkpoint.joinpath(*MODULE_PATH)
+    if not module_dir.is_dir():
+        raise CheckpointError(f"checkpoint '{checkpoint}' has no policy module ({'/'.join(MODULE_PATH)})")
+    try:
+        return cast("TorchRLModule", RLModule.from_checkpoint(str(module_dir.resolve())))
+    except Exception as exc:
+        raise CheckpointError(
+            f"checkpoint '{checkpoint}' is corrupt or truncated: {type(exc).__name__}: {_detail(exc)}"
+        ) from None
+
+
+def warm_start(algo: Algorithm, checkpoint: Path) -> None:
+    """Load the policy weights of ``checkpoint`` into ``algo`` (optimizer and counters start fresh).
+
+    The module is read from disk once, here on the driver. RLlib's ``set_state``
+    puts the weights into Ray's object store once and every remote env runner
+    fetches them from there.
+    """
+    state: dict[str, Any] = load_module(checkpoint).get_state()
+    for component in reversed(MODULE_PATH):
+        state = {component: state}
+    try:
+        algo.set_state(state)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(
+            f"cannot load '{checkpoint}' into this experiment's model (different model config?): "
+            f"{first_line(exc)}"
+        ) from None
+
+
+def _detail(exc: BaseException) -> str:
+    return first_line(exc, default="no details")[:300]

@@ -1,0 +1,148 @@
+"""Checkpoint lifecycle: atomic saves, keep the last K plus the best, find and check the latest.
+
+A checkpoint is ``checkpoints/iter_NNNNNN/`` (or a folder Tune hands a sweep trial): what
+the training loop writes into it (RLlib's checkpoint, the replay buffer, our loop state)
+and our marker ``rl_app_checkpoint.json`` (iteration, timesteps, returns, algorithm),
+written last, so only a checkpoint that has it is complete, on local disk and on remote
+storage alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rl_app.errors import UserError
+
+CHECKPOINT_NAME = re.compile(r"^iter_(\d{6,})$")
+MARKER = "rl_app_checkpoint.json"
+
+
+class CheckpointError(UserError):
+    """A checkpoint that is missing, incomplete, corrupt or for something else."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What our marker file records about a checkpoint."""
+
+    iteration: int
+    timesteps: int
+    return_mean: float
+    eval_return_mean: float
+    algorithm: str
+    env: str
+    experiment: str
+    replay_buffer: bool
+
+    @property
+    def score(self) -> float:
+        """Evaluation return when there is one, else the training return; -inf when neither."""
+        for value in (self.eval_return_mean, self.return_mean):
+            if value is not None and math.isfinite(value):
+                return value
+        return -math.inf
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def checkpoint_name(iteration: int) -> str:
+    return f"iter_{iteration:06d}"
+
+
+def read_info(checkpoint: Path) -> CheckpointInfo:
+    """The marker of ``checkpoint``; a checkpoint without a readable one is incomplete."""
+    marker = checkpoint / MARKER
+    try:
+        data = json.loads(marker.read_text())
+        return CheckpointInfo(**{k: data[k] for k in CheckpointInfo.__dataclass_fields__})
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"checkpoint '{checkpoint}' is incomplete or not an rl_app checkpoint (no {MARKER})"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint '{checkpoint}' is corrupt: {MARKER} unreadable ({exc})") from None
+
+
+def is_complete(checkpoint: Path) -> bool:
+    return (
+        checkpoint.is_dir()
+        and CHECKPOINT_NAME.match(checkpoint.name) is not None
+        and (checkpoint / MARKER).is_file()
+    )
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (half-written ones are never listed)."""
+    root = checkpoints_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if is_complete(p)]
+    return sorted(found, key=lambda p: int(CHECKPOINT_NAME.match(p.name).group(1)))  # type: ignore[union-attr]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def checkpoints_to_keep(infos: dict[str, CheckpointInfo], keep: int) -> set[str]:
+    """The newest ``keep`` plus the best-scoring one."""
+    by_iteration = sorted(infos, key=lambda name: infos[name].iteration)
+    kept = set(by_iteration[-keep:])
+    if infos:
+        kept.add(max(by_iteration, key=lambda name: (infos[name].score, infos[name].iteration)))
+    return kept
+
+
+def write_marker(folder: Path, info: CheckpointInfo) -> None:
+    """Mark ``folder`` as a complete checkpoint: call this after everything else is written."""
+    (folder / MARKER).write_text(json.dumps(asdict(info), indent=2) + "\n")
+
+
+def save_checkpoint(
+    run_dir: Path, iteration: int, keep: int, write: Callable[[Path], object]
+) -> tuple[Path, list[str]]:
+    """Save ``checkpoints/iter_NNNNNN`` with ``write(folder)``, then prune; returns it and the pruned names.
+
+    ``write`` fills the folder and writes the marker last. It writes into a hidden
+    ``.partial-`` folder that is renamed into place once complete, so a process killed
+    mid-save leaves nothing that looks finished.
+    """
+    root = checkpoints_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(iteration)
+    if not is_complete(final):
+        partial = root / f".partial-{final.name}"
+        shutil.rmtree(partial, ignore_errors=True)
+        write(partial)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(partial, final)
+    infos = {p.name: read_info(p) for p in list_checkpoints(run_dir)}
+    pruned = sorted(set(infos) - checkpoints_to_keep(infos, keep))
+    for name in pruned:
+        shutil.rmtree(root / name, ignore_errors=True)
+    return final, pruned
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A checkpoint folder from a checkpoint path or a run folder (its latest complete checkpoint)."""
+    if not path.exists():
+        raise CheckpointError(f"'{path}' does not exist (expected a run folder or a checkpoint)")
+    if (path / MARKER).exists() or CHECKPOINT_NAME.match(path.name):
+        read_info(path)
+        return path
+    if (path / "metadata.json").is_file() or checkpoints_dir(path).is_dir():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError(f"run '{path}' has no complete checkpoint")
+        return latest
+    raise CheckpointError(f"'{path}' is neither a run folder nor an rl_app checkpoint")

@@ -1,0 +1,103 @@
+"""``progress.csv``: one row of :class:`IterationMetrics` per training iteration."""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+# The sweep metrics (and the plots' choice of curve) by name, as progress.csv columns.
+METRIC_COLUMNS = {"return": "return_mean", "eval_return": "eval_return_mean"}
+
+
+@dataclass
+class IterationMetrics:
+    """The numbers of one training iteration that we report and log."""
+
+    iteration: int
+    timesteps: int
+    episodes: int
+    return_mean: float
+    return_min: float
+    return_max: float
+    episode_len_mean: float
+    eval_return_mean: float
+    steps_per_s: float
+    iteration_s: float
+    elapsed_s: float
+    cpu_percent: float = math.nan
+    memory_mb: float = math.nan
+    system_memory_percent: float = math.nan
+    gpu_util_percent: float = math.nan
+    gpu_memory_mb: float = math.nan
+
+
+CSV_FIELDS = list(IterationMetrics.__dataclass_fields__)
+
+
+def number_or_nan(value: Any) -> float:
+    """``value`` as a float when it is a number, else NaN (results leave out what they lack)."""
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def finite_max(current: float, value: float) -> float:
+    """The larger of the two, ignoring a NaN ``value``."""
+    return current if math.isnan(value) else max(current, value)
+
+
+def read_progress(progress_csv: Path) -> list[dict[str, float]]:
+    """Every row of a progress.csv as numbers (empty cells are NaN)."""
+    with progress_csv.open(newline="") as handle:
+        return [
+            {k: float(v) if v != "" else math.nan for k, v in row.items()} for row in csv.DictReader(handle)
+        ]
+
+
+@dataclass
+class StartPoint:
+    """Where a resumed run picks up: what the kept part of ``progress.csv`` says."""
+
+    iteration: int = 0
+    timesteps: int = 0
+    elapsed_s: float = 0.0
+    best_return: float = -math.inf
+    best_eval_return: float = -math.inf
+    last_return: float = math.nan
+    rows: list[dict[str, str]] = field(default_factory=list)
+
+
+def start_point_from_progress(progress_csv: Path, up_to_iteration: int) -> StartPoint:
+    """The rows of ``progress.csv`` up to the checkpoint's iteration; later ones are redone."""
+    start = StartPoint(iteration=up_to_iteration)
+    if not progress_csv.is_file():
+        return start
+    with progress_csv.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if int(row["iteration"]) > up_to_iteration:
+                break
+            start.rows.append(row)
+            start.timesteps = int(row["timesteps"])
+            start.elapsed_s = float(row["elapsed_s"])
+            start.last_return = float(row["return_mean"] or "nan")
+            start.best_return = finite_max(start.best_return, start.last_return)
+            start.best_eval_return = finite_max(
+                start.best_eval_return, float(row["eval_return_mean"] or "nan")
+            )
+    return start
+
+
+class ProgressWriter:
+    """Writes ``progress.csv`` anew: the kept rows of a resumed run first, then one row per iteration."""
+
+    def __init__(self, handle: TextIO, kept_rows: list[dict[str, str]]) -> None:
+        self.handle = handle
+        self.writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, restval="")
+        self.writer.writeheader()
+        self.writer.writerows({k: row.get(k, "") for k in CSV_FIELDS} for row in kept_rows)
+        handle.flush()
+
+    def write(self, metrics: IterationMetrics) -> None:
+        self.writer.writerow(asdict(metrics))
+        self.handle.flush()

@@ -1,0 +1,110 @@
+"""What ``rl_app train`` will do, checked before Ray starts or anything is written: a new run
+(optionally warm-started) or the resume of an existing one, refusing silent config changes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rl_app.config import ExperimentConfig, load_experiment, validate_experiment
+from rl_app.config.data import apply_overrides
+from rl_app.config.loader import read_yaml
+from rl_app.errors import UserError
+from rl_app.runs.checkpoints import CheckpointError, latest_checkpoint, read_info
+from rl_app.runs.files import read_json
+from rl_app.runs.layout import EXPERIMENT_FILE, experiment_dict
+from rl_app.runs.remote import StorageFolder, locate_checkpoint, open_run
+
+# Changing these when resuming is expected (train longer, keep more checkpoints).
+RESUMABLE_CHANGES = ("stop", "checkpoint", "description", "storage")
+
+
+def config_differences(saved: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ, with old → new."""
+    found = []
+    for key in sorted(set(saved) | set(new)):
+        if not prefix and key in RESUMABLE_CHANGES:
+            continue
+        old, value = saved.get(key), new.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            found += config_differences(old, value, f"{prefix}{key}.")
+        elif old != value:
+            found.append(f"{prefix}{key}: {old!r} -> {value!r}")
+    return found
+
+
+@dataclass
+class Plan:
+    """What ``train`` will do, all checked before anything is written."""
+
+    name: str
+    experiment: ExperimentConfig
+    source: str
+    experiment_file: Path
+    overrides: tuple[str, ...]
+    run_dir: Path | None = None  # set when resuming
+    mirror: StorageFolder | None = None
+    resume_checkpoint: Path | None = None
+    init_checkpoint: Path | None = None
+
+
+def plan_resume(
+    location: str, name: str | None, overrides: tuple[str, ...], force_config: bool, runs_root: Path
+) -> Plan:
+    """Check that run ``location`` can be resumed with this config; refuse silent config changes."""
+    run_dir, mirror = open_run(location, runs_root)
+    meta = read_json(run_dir / "metadata.json")
+    saved_file = run_dir / EXPERIMENT_FILE
+    saved_data = read_yaml(saved_file)
+    saved = validate_experiment(saved_data, str(saved_file))
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise CheckpointError(f"run '{location}' has no complete checkpoint to resume from")
+    info = read_info(checkpoint)
+    run_name = str(meta.get("experiment", run_dir.parent.name))
+    if name is not None:
+        loaded = load_experiment(name, overrides)
+        candidate, source, experiment_file = loaded.config, loaded.source, loaded.path
+    else:
+        data = apply_overrides(saved_data, overrides)
+        candidate, source = validate_experiment(data, str(saved_file), overrides), str(saved_file)
+        experiment_file = Path(str(meta.get("experiment_file", saved_file)))
+    if candidate.algorithm != info.algorithm:
+        raise CheckpointError(
+            f"checkpoint '{checkpoint}' is from {info.algorithm}, not {candidate.algorithm}; "
+            "a checkpoint restores only into the algorithm that wrote it"
+        )
+    changed = config_differences(experiment_dict(saved), experiment_dict(candidate))
+    if changed and not force_config:
+        raise UserError(
+            f"run '{location}' was trained with a different config ({'; '.join(changed[:3])}"
+            f"{'; ...' if len(changed) > 3 else ''}); pass --force-config to resume with the new one"
+        )
+    return Plan(
+        name=name or run_name,
+        experiment=candidate,
+        source=source,
+        experiment_file=experiment_file,
+        overrides=overrides,
+        run_dir=run_dir,
+        mirror=mirror,
+        resume_checkpoint=checkpoint,
+    )
+
+
+def plan_new_run(name: str, overrides: tuple[str, ...], init_from: str | None, runs_root: Path) -> Plan:
+    """Load and check the experiment (and the ``--init-from`` checkpoint) of a new run."""
+    loaded = load_experiment(name, overrides)
+    experiment = loaded.config
+    plan = Plan(loaded.name, experiment, loaded.source, loaded.path, loaded.overrides)
+    if init_from is not None:
+        checkpoint = locate_checkpoint(init_from, runs_root)
+        info = read_info(checkpoint)
+        if (info.algorithm, info.env) != (experiment.algorithm, experiment.env.id):
+            raise CheckpointError(
+                f"--init-from {init_from}: checkpoint is {info.algorithm} on {info.env}, "
+                f"this experiment is {experiment.algorithm} on {experiment.env.id}"
+            )
+        plan.init_checkpoint = checkpoint
+    return plan

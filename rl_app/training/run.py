@@ -1,0 +1,271 @@
+"""``rl_app train``: a run folder around the training loop, with progress, checkpoints, resume and signals."""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from rl_app.config import ExperimentConfig
+from rl_app.errors import UserError, first_line
+from rl_app.runs.checkpoints import latest_checkpoint, read_info, save_checkpoint
+from rl_app.runs.files import write_json
+from rl_app.runs.layout import new_run_dir, write_experiment, write_run_metadata, write_status
+from rl_app.runs.progress import (
+    IterationMetrics,
+    ProgressWriter,
+    StartPoint,
+    finite_max,
+    start_point_from_progress,
+)
+from rl_app.runs.remote import StorageFolder
+from rl_app.training.plan import Plan, plan_new_run, plan_resume
+
+if TYPE_CHECKING:
+    from rl_app.console.progress import ProgressPrinter
+    from rl_app.training.loop import TrainingLoop
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    status: str  # finished | interrupted | failed
+    stop_reason: str
+    iterations: int
+    timesteps: int
+    best_return: float
+    best_eval_return: float
+    final_return: float
+    last_checkpoint: Path | None
+    elapsed_s: float
+    resumed_from: str | None = None
+
+
+class Interrupted(Exception):
+    """SIGTERM (or SIGINT) arrived; training stops after a final checkpoint."""
+
+
+@contextmanager
+def _interrupts_raise() -> Iterator[None]:
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class TrainingRun:
+    """Drives the loop for one run folder: progress.csv, TensorBoard, checkpoints, mirror, summary."""
+
+    def __init__(
+        self,
+        loop: TrainingLoop,
+        run_dir: Path,
+        printer: ProgressPrinter,
+        mirror: StorageFolder | None = None,
+        start: StartPoint | None = None,
+    ) -> None:
+        self.loop, self.run_dir, self.printer, self.mirror = loop, run_dir, printer, mirror
+        self.start = start or StartPoint()
+
+    @property
+    def experiment(self) -> ExperimentConfig:
+        return self.loop.experiment
+
+    def _checkpoint(self) -> Path:
+        spec = self.experiment.checkpoint
+        path, pruned = save_checkpoint(self.run_dir, self.loop.iteration, spec.keep, self.loop.save)
+        if self.mirror is not None:
+            self.mirror.push_checkpoint(path, pruned)
+            self.mirror.push("progress.csv", "status.json", "tensorboard")
+        return path
+
+    def run(self) -> RunSummary:
+        """Step the loop until a stop rule fires or we are interrupted."""
+        from rl_app.console.telemetry import SystemMonitor, TensorBoardLog
+
+        start = self.start
+        best, best_eval, last = start.best_return, start.best_eval_return, start.last_return
+        metrics: IterationMetrics | None = None
+        last_checkpoint = latest_checkpoint(self.run_dir)
+        status, reason = "failed", "error"
+        monitor, tensorboard = SystemMonitor(), TensorBoardLog(self.run_dir)
+        every = self.experiment.checkpoint.every
+        with (self.run_dir / "progress.csv").open("w", newline="") as handle, _interrupts_raise():
+            progress = ProgressWriter(handle, start.rows)
+            self.printer.header()
+            try:
+                while True:
+                    step = self.loop.step()
+                    metrics = step.metrics
+                    for key, value in monitor.sample().items():
+                        setattr(metrics, key, value)
+                    progress.write(metrics)
+                    tensorboard.log(metrics.timesteps, asdict(metrics), step.result)
+                    self.printer.iteration(metrics)
+                    best = finite_max(best, metrics.return_mean)
+                    best_eval = finite_max(best_eval, metrics.eval_return_mean)
+                    last = metrics.return_mean
+                    if metrics.iteration % every == 0:
+                        last_checkpoint = self._checkpoint()
+                    if step.stop_reason:
+                        status, reason = "finished", step.stop_reason
+                        break
+            except (KeyboardInterrupt, Interrupted) as exc:
+                status, reason = "interrupted", f"interrupted ({exc or 'SIGINT'})"
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {first_line(exc, default='')}"
+                raise
+            finally:
+                # The final checkpoint, unless this iteration was just saved (and uploaded) above.
+                if metrics is not None and metrics.iteration % every != 0:
+                    last_checkpoint = self._checkpoint()
+                tensorboard.close()
+                summary = RunSummary(
+                    run_dir=self.run_dir,
+                    status=status,
+                    stop_reason=reason,
+                    iterations=metrics.iteration if metrics else start.iteration,
+                    timesteps=metrics.timesteps if metrics else start.timesteps,
+                    best_return=best,
+                    best_eval_return=best_eval,
+                    final_return=last,
+                    last_checkpoint=last_checkpoint,
+                    elapsed_s=self.loop.elapsed_s,
+                )
+                self._finish(summary)
+        return summary
+
+    def _finish(self, summary: RunSummary) -> None:
+        from rl_app.console.plots import plot_reward_curve
+
+        write_json(self.run_dir / "summary.json", {**asdict(summary), "experiment": self.loop.name})
+        write_status(self.run_dir, summary.status, stop_reason=summary.stop_reason)
+        plot_reward_curve(
+            self.run_dir / "progress.csv",
+            self.run_dir / "reward_curve.png",
+            f"{self.loop.name} ({self.experiment.algorithm} on {self.experiment.env.id})",
+        )
+        if self.mirror is not None:
+            self.mirror.push("progress.csv", "summary.json", "status.json", "reward_curve.png", "tensorboard")
+
+
+def train(
+    name: str | None,
+    overrides: tuple[str, ...] | list[str] = (),
+    *,
+    resume: str | None = None,
+    force_config: bool = False,
+    init_from: str | None = None,
+    storage: str | None = None,
+    address: str | None = None,
+    runs_root: Path = Path("runs"),
+    verbose: bool = False,
+    console: Console | None = None,
+) -> RunSummary:
+    """Train experiment ``name`` (or resume run ``resume``); return the summary."""
+    from rl_app.cluster.resources import plan_resources
+    from rl_app.cluster.session import ray_session
+    from rl_app.rllib.config import algorithm_build_modules, algorithm_config, resolved_settings
+    from rl_app.runs.storage import open_storage
+
+    console = console or Console(stderr=False)
+    overrides = tuple(overrides)
+    if storage:
+        overrides = (*overrides, f"storage={storage}")
+    if resume is not None:
+        plan = plan_resume(resume, name, overrides, force_config, runs_root)
+    elif name is None:
+        raise UserError("train needs an experiment name, or --resume RUN")
+    else:
+        plan = plan_new_run(name, overrides, init_from, runs_root)
+    experiment = plan.experiment
+    storage_handle = open_storage(experiment.storage) if experiment.storage and plan.mirror is None else None
+
+    with ray_session(address, verbose=verbose, preload=algorithm_build_modules(experiment)) as cluster:
+        from rl_app.console.progress import ProgressPrinter
+        from rl_app.rllib.algorithm import build_algorithm, warm_start
+        from rl_app.training.loop import TrainingLoop
+
+        resource_plan = plan_resources(experiment, cluster.num_cpus, cluster.num_gpus)
+        config = algorithm_config(experiment, resource_plan, plan.source)
+        start = StartPoint()
+        if plan.resume_checkpoint is not None:
+            assert plan.run_dir is not None
+            run_dir, mirror = plan.run_dir, plan.mirror
+            start = start_point_from_progress(
+                run_dir / "progress.csv", read_info(plan.resume_checkpoint).iteration
+            )
+        else:
+            run_dir = new_run_dir(runs_root, plan.name)
+            mirror = StorageFolder(storage_handle, run_dir) if storage_handle is not None else None
+            write_experiment(run_dir, experiment)
+            write_run_metadata(
+                run_dir,
+                experiment_name=plan.name,
+                experiment_file=plan.experiment_file,
+                resolved=resolved_settings(experiment, config),
+                overrides=plan.overrides,
+                resources={**asdict(resource_plan), "cluster_address": cluster.address},
+                argv=sys.argv,
+                storage=mirror.storage.uri if mirror else None,
+            )
+        write_status(run_dir, "running")
+        if mirror is not None:
+            mirror.push("metadata.json", "experiment.yaml", "config.yaml", "command.txt", "status.json")
+        _print_start(console, plan, resource_plan.describe(), run_dir, mirror)
+        loop = TrainingLoop(build_algorithm(config), experiment, plan.name)
+        try:
+            if plan.resume_checkpoint is not None:
+                loop.load(plan.resume_checkpoint)
+                console.print(
+                    f"Resumed from {plan.resume_checkpoint.name}: iteration {start.iteration}, "
+                    f"{start.timesteps:,} timesteps"
+                )
+            if plan.init_checkpoint is not None:
+                warm_start(loop.algo, plan.init_checkpoint)
+                console.print(f"Weights initialised from {plan.init_checkpoint}")
+            printer = ProgressPrinter(console, experiment.stop.timesteps, experiment.stop.time_s)
+            summary = TrainingRun(loop, run_dir, printer, mirror, start).run()
+        finally:
+            loop.algo.stop()
+    if plan.resume_checkpoint is not None:
+        summary.resumed_from = str(plan.resume_checkpoint)
+    _print_summary(console, summary)
+    return summary
+
+
+def _print_start(
+    console: Console, plan: Plan, resources: str, run_dir: Path, mirror: StorageFolder | None
+) -> None:
+    experiment = plan.experiment
+    console.print(
+        f"[bold]{plan.name}[/bold]: {experiment.algorithm} on {experiment.env.id}, seed {experiment.seed}"
+    )
+    console.print(f"Resources: {resources}")
+    console.print(f"Run folder: {run_dir}" + (f" (mirrored to {mirror.describe()})" if mirror else ""))
+
+
+def _print_summary(console: Console, summary: RunSummary) -> None:
+    evaluated = (
+        f", best evaluation return {summary.best_eval_return:.1f}"
+        if math.isfinite(summary.best_eval_return)
+        else ""
+    )
+    console.print(
+        f"[bold]{summary.status}[/bold]: {summary.stop_reason}; best mean return "
+        f"{summary.best_return:.1f}{evaluated} after {summary.iterations} iterations, "
+        f"{summary.timesteps:,} timesteps, {summary.elapsed_s:.0f}s"
+    )
+    console.print(f"Checkpoint: {summary.last_checkpoint}")

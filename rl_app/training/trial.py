@@ -1,0 +1,61 @@
+"""One sweep trial: a Ray Tune ``Trainable`` that drives the training loop of one sampled experiment.
+
+A trial is ``rl_app train`` with overrides: the sampled values are set into the
+experiment, validated by our schema, built by the same RLlib mapping, and stepped,
+saved and restored by the same :class:`~rl_app.training.loop.TrainingLoop`, so its
+checkpoints are ones ``rl_app evaluate``/``export``/``train --init-from`` take.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from rl_app.cluster.resources import ResourcePlan
+from rl_app.config import ExperimentConfig, validate_experiment
+from rl_app.config.data import with_values
+
+
+def trial_experiment(data: dict[str, Any], values: dict[str, Any], source: str) -> ExperimentConfig:
+    """The validated experiment of one trial: ``data`` with the sampled ``values`` set."""
+    return validate_experiment(with_values(data, values), source)
+
+
+class ExperimentTrial(tune.Trainable):
+    """Trains ``experiment`` (plain data, no sweep section) with Tune's sampled ``config`` set into it."""
+
+    def setup(  # type: ignore[override]
+        self, config: dict[str, Any], *, experiment: dict[str, Any], name: str, plan: ResourcePlan
+    ) -> None:
+        from rl_app.rllib.algorithm import build_experiment
+        from rl_app.rllib.logs import quiet_libraries
+        from rl_app.training.loop import TrainingLoop
+
+        quiet_libraries()
+        source = f"sweep trial {self.trial_id}"
+        trial = trial_experiment(experiment, config, source)
+        self.loop = TrainingLoop(build_experiment(trial, plan, source), trial, name)
+
+    def step(self) -> dict[str, Any]:
+        step = self.loop.step()
+        result = asdict(step.metrics)
+        del result["iteration"]  # Tune counts training_iteration itself
+        # Schedulers need the metric in every result: the latest evaluation until the next one.
+        result["eval_return_mean"] = self.loop.latest_eval_return
+        if step.stop_reason is not None:
+            result["stop_reason"] = step.stop_reason
+            result["done"] = True
+        return result
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        self.loop.save(Path(checkpoint_dir))
+        # Returning None makes Tune hand load_checkpoint() the folder itself.
+
+    def load_checkpoint(self, checkpoint: str) -> None:  # type: ignore[override]
+        self.loop.load(Path(checkpoint))
+
+    def cleanup(self) -> None:
+        self.loop.algo.stop()
