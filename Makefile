@@ -63,9 +63,9 @@ cluster-down: setup ## stop the local Ray head that cluster-up started (only its
 submit: setup ## submit EXP as a Ray Job (ADDRESS=http://host:8265, SWEEP=1, NO_WAIT=1)
 	$(BIN)/rl_app submit $(EXP) $(if $(ADDRESS),--address $(ADDRESS)) $(if $(SWEEP),--sweep) $(if $(NO_WAIT),--no-wait) $(ARGS)
 
-eval: setup ## evaluate RUN deterministically (EPISODES=10, VIDEO=1 records mp4s)
+eval: setup ## evaluate RUN deterministically (EPISODES=10, VIDEO=1 records mp4s of VIDEO_EPISODES=3)
 	@[ -n "$(RUN)" ] || { echo "make eval: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
-	$(BIN)/rl_app evaluate $(RUN) --episodes $(or $(EPISODES),10) $(if $(VIDEO),--video) $(ARGS)
+	$(BIN)/rl_app evaluate $(RUN) --episodes $(or $(EPISODES),10) $(if $(VIDEO),--video --video-episodes $(or $(VIDEO_EPISODES),3)) $(ARGS)
 
 export: setup ## export RUN's policy (FORMAT=torchscript|onnx)
 	@[ -n "$(RUN)" ] || { echo "make export: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
@@ -74,8 +74,8 @@ export: setup ## export RUN's policy (FORMAT=torchscript|onnx)
 runs: setup ## list runs with status, best return and last checkpoint
 	@$(BIN)/rl_app runs $(ARGS)
 
-report: setup ## reward curves of RUN (several: RUN="a b" adds comparison.png)
-	$(BIN)/rl_app report $(RUN) $(ARGS)
+report: setup ## reward curves of RUN (several: RUN="a b" adds runs/reports/<stamp>/comparison.png, or OUT=file.png)
+	$(BIN)/rl_app report $(RUN) $(if $(OUT),--out $(OUT)) $(ARGS)
 
 tensorboard: setup ## serve TensorBoard for runs/ on 127.0.0.1:6006
 	$(BIN)/tensorboard --logdir runs --host 127.0.0.1 --port $(or $(PORT),6006)

@@ -103,28 +103,41 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("action", choices=("list", "status", "logs", "stop"))
     jobs.add_argument("job_id", metavar="JOB_ID", nargs="?", help="the job (not for list)")
     jobs.add_argument("--follow", action="store_true", help="logs: keep streaming until the job ends")
+    jobs.add_argument("--json", action="store_true", help="list: print the jobs as JSON (for scripts)")
     _add_job_target(jobs)
 
-    runs = commands.add_parser("runs", help="list runs: experiment, status, best return, checkpoint")
+    runs = commands.add_parser("runs", help="list runs: experiment, env, status, best return, checkpoint")
     _add_runs_dir(runs)
+    runs.add_argument("--json", action="store_true", help="print the runs as JSON (for scripts)")
 
     report = commands.add_parser("report", help="reward-curve PNGs of runs, and a comparison of several")
     report.add_argument("runs", metavar="RUN", nargs="+", help="run folders")
-    report.add_argument("--out", type=Path, help="comparison PNG (default: comparison.png in the cwd)")
+    report.add_argument(
+        "--out", type=Path, help="comparison PNG (default: RUNS_FOLDER/reports/<timestamp>/comparison.png)"
+    )
 
     evaluate = commands.add_parser("evaluate", help="run a trained policy deterministically")
     evaluate.add_argument("run", metavar="RUN", help="run folder, checkpoint or storage URI of a run")
     evaluate.add_argument("--episodes", type=_positive_int, default=10)
     evaluate.add_argument("--workers", type=_positive_int, default=1, help="parallel Ray workers")
     evaluate.add_argument("--video", action="store_true", help="record mp4s of the first episodes")
+    evaluate.add_argument(
+        "--video-episodes",
+        type=_positive_int,
+        default=3,
+        metavar="N",
+        help="with --video: how many episodes to record (default 3)",
+    )
     evaluate.add_argument("--explore", action="store_true", help="sample actions instead of greedy")
     evaluate.add_argument("--seed", type=int, default=1000, help="seed of the first episode")
+    evaluate.add_argument("--verbose", action="store_true", help="show Ray's, RLlib's and torch's own logs")
     _add_runs_dir(evaluate)
 
     export = commands.add_parser("export", help="write the policy as TorchScript or ONNX")
     export.add_argument("run", metavar="RUN", help="run folder, checkpoint or storage URI of a run")
     export.add_argument("--format", choices=("torchscript", "onnx"), default="torchscript")
     export.add_argument("--out", type=Path, help="output folder (default: RUN/export)")
+    export.add_argument("--verbose", action="store_true", help="show RLlib's and torch's own logs")
     _add_runs_dir(export)
     return parser
 
@@ -235,7 +248,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     from rl_app.cluster import jobs
 
     if args.action == "list":
-        jobs.list_jobs(args.address, args.token_file)
+        jobs.list_jobs(args.address, args.token_file, as_json=args.json)
         return 0
     if not args.job_id:
         raise UserError(f"jobs {args.action} needs a JOB_ID (see rl_app jobs list)")
@@ -251,7 +264,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 def _cmd_runs(args: argparse.Namespace) -> int:
     from rl_app.console.commands import list_runs
 
-    list_runs(args.runs_dir)
+    list_runs(args.runs_dir, as_json=args.json)
     return 0
 
 
@@ -270,9 +283,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         episodes=args.episodes,
         workers=args.workers,
         video=args.video,
+        video_episodes=args.video_episodes,
         explore=args.explore,
         seed=args.seed,
         runs_root=args.runs_dir,
+        verbose=args.verbose,
     )
     return 0
 
@@ -280,7 +295,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from rl_app.policy.export import export_policy
 
-    export_policy(args.run, args.format, args.out, runs_root=args.runs_dir)
+    export_policy(args.run, args.format, args.out, runs_root=args.runs_dir, verbose=args.verbose)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
@@ -21,14 +22,26 @@ pytestmark = pytest.mark.ray
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
     state_dir = tmp_path_factory.mktemp("cluster")
+    import psutil
+
     state = cluster_up(state_dir, port=free_port(), dashboard_port=free_port(), num_cpus=2)
     try:
         yield state
     finally:
+        listening = set(listening_addresses(state))
+        started = time.monotonic()
         cluster_down(state_dir)
+        took = time.monotonic() - started
         from rl_app.cluster.head import _cluster_processes
 
-        assert _cluster_processes(state.temp_dir) == [], "cluster down left processes behind"
+        assert _cluster_processes(state.temp_dir, state.gcs_address) == [], "cluster down left processes"
+        still = {
+            f"{c.laddr.ip}:{c.laddr.port}"
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
+        assert not listening & still, f"still listening after cluster down: {listening & still}"
+        assert took < 5, f"cluster down took {took:.1f} s: some process waited out the grace period"
 
 
 @pytest.fixture
@@ -46,14 +59,20 @@ def job_ids(state: ClusterState) -> set[str]:
 
 
 def test_cluster_listens_on_loopback_only_and_its_token_is_private(cluster: ClusterState) -> None:
+    # Ray's client server (ray://, port 10001) is the head's too, though it names only the GCS
+    # address; it binds a moment after `ray start` returns.
+    deadline = time.monotonic() + 30
     addresses = listening_addresses(cluster)
-    assert addresses, "no listening sockets found for the cluster"
+    while not any(a.endswith(":10001") for a in addresses) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        addresses = listening_addresses(cluster)
+    assert any(a.endswith(":10001") for a in addresses), addresses
     assert all(a.startswith(("127.0.0.1:", "::ffff:127.0.0.1:")) for a in addresses), addresses
     assert stat.S_IMODE(os.stat(cluster.token_file).st_mode) == 0o600
 
 
 def test_submitted_training_succeeds_and_writes_a_checkpoint(
-    cluster: ClusterState, shipped_experiments: Path, tmp_path: Path
+    cluster: ClusterState, shipped_experiments: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     runs = tmp_path / "runs"
     job_id, status = submit(
@@ -64,6 +83,7 @@ def test_submitted_training_succeeds_and_writes_a_checkpoint(
         runs_dir=str(runs),
     )
     assert status == "SUCCEEDED", job_id
+    assert "packaging" not in capfd.readouterr().err  # Ray's upload INFO lines are not for users
     checkpoints = list(runs.glob("ppo_cartpole/*/checkpoints/iter_000002/rl_app_checkpoint.json"))
     assert len(checkpoints) == 1
 
@@ -81,8 +101,8 @@ def test_failing_job_is_reported_failed_with_its_error(
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_running_job_can_be_stopped(
-    cluster: ClusterState, shipped_experiments: Path, tmp_path: Path
+def test_a_running_job_is_listed_and_can_be_stopped(
+    cluster: ClusterState, shipped_experiments: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job_id, _ = submit(
         "ppo_cartpole",
@@ -101,6 +121,12 @@ def test_a_running_job_can_be_stopped(
     deadline = time.monotonic() + 120
     while str(jobs.get_job_status(job_id)) != "RUNNING" and time.monotonic() < deadline:
         time.sleep(0.5)
+    capsys.readouterr()
+    assert main(["jobs", "list", "--json", *base]) == 0  # ids whole, for scripts
+    listed = {job["job"]: job for job in json.loads(capsys.readouterr().out)}
+    assert listed[job_id]["entrypoint"].startswith("python -m rl_app train")
+    assert main(["jobs", "list", *base]) == 0
+    assert job_id in capsys.readouterr().out  # the table never cuts an id, whatever the width
     assert main(["jobs", "stop", job_id, *base]) == 0
     while str(jobs.get_job_status(job_id)) not in ("STOPPED", "FAILED") and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -115,6 +141,7 @@ def test_a_running_job_can_be_stopped(
         ("unknown job", "no job 'raysubmit_nope' on this cluster"),
         ("other ray version", "runs Ray 2.60.0, this machine Ray 2.59.0"),
         ("unreachable", "cannot reach the Ray dashboard at http://127.0.0.1:9"),
+        ("unreachable", "start a local cluster with `make cluster-up`, or pass --address"),
         ("wrong scheme", "scheme must be http:// or https://"),
     ],
 )

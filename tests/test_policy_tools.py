@@ -147,3 +147,94 @@ def test_missing_runs_are_one_line_errors(tmp_path: Path) -> None:
         evaluate(str(tmp_path / "nope"))
     with pytest.raises(UserError, match=r"no progress\.csv"):
         report_runs([tmp_path])
+
+
+def test_a_second_export_keeps_the_first_described(runs: dict[str, Path], tmp_path: Path) -> None:
+    from rl_app.policy.export import export_policy
+
+    out = tmp_path / "export"
+    export_policy(str(runs["ppo_cartpole"]), "onnx", out)
+    export_policy(str(runs["ppo_cartpole"]), "torchscript", out)
+    spec = json.loads((out / "policy.json").read_text())
+    assert spec["file"] == "policy.pt"  # the latest
+    assert {name: entry["format"] for name, entry in spec["files"].items()} == {
+        "policy.onnx": "onnx",
+        "policy.pt": "torchscript",
+    }
+
+
+def test_videos_are_named_by_episode_and_seed(
+    runs: dict[str, Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    from rl_app.policy.evaluate import evaluate
+
+    report = evaluate(str(runs["sac_pendulum"]), episodes=3, video=True, video_episodes=2, seed=7)
+    assert "ALSA" not in capfd.readouterr().err  # rendering probes no sound card
+    assert [Path(v).name for v in report["videos"]] == ["episode-000-seed7.mp4", "episode-001-seed8.mp4"]
+    folder = Path(report["videos"][0]).parent
+    assert all(Path(video).stat().st_size > 1000 for video in report["videos"])
+    assert not (folder / "episode-002-seed9.mp4").exists()  # only the first --video-episodes
+    assert [e["seed"] for e in report["per_episode"]] == [7, 8, 9]
+
+
+def test_report_puts_the_comparison_next_to_the_runs_and_shows_identical_runs(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from rl_app.console.plots import comparison_curves, report_runs
+
+    twin = tmp_path / "ppo_cartpole" / "twin"  # the same run twice: same seed, same curve
+    shutil.copytree(runs["ppo_cartpole"], twin)
+    monkeypatch.chdir(tmp_path)
+    written = report_runs([runs["ppo_cartpole"], twin])
+    comparison = written[-1]
+    assert comparison.parent.parent == runs["ppo_cartpole"].parents[1] / "reports"
+    assert comparison.name == "comparison.png" and not (tmp_path / "comparison.png").exists()
+    first, second = comparison_curves([runs["ppo_cartpole"], twin])
+    assert first.identical_to is None and second.identical_to is not None
+    assert "identical to" in second.label
+    assert [r["return_mean"] for r in second.points] == [r["return_mean"] for r in first.points] != []
+
+
+def test_runs_list_never_cuts_ids_and_speaks_json(runs: dict[str, Path]) -> None:
+    root = runs["ppo_cartpole"].parents[1]
+    piped = subprocess.run(
+        [sys.executable, "-m", "rl_app", "runs", "--runs-dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "60"},
+    )
+    assert piped.returncode == 0, piped.stderr
+    for name, run_dir in runs.items():
+        assert f"{name}/{run_dir.name}" in piped.stdout  # whole, on one line
+    assert "CartPole-v1" in piped.stdout and "Pendulum-v1" in piped.stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "rl_app", "runs", "--runs-dir", str(root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    rows = {row["run"]: row for row in json.loads(listed.stdout)}
+    row = rows[f"ppo_cartpole/{runs['ppo_cartpole'].name}"]
+    assert row["env"] == "CartPole-v1" and row["status"] == "finished" and row["iterations"] == 2
+
+
+def test_evaluate_says_what_to_do_with_folders_that_are_not_a_finished_run(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    from rl_app.policy.evaluate import evaluate
+
+    with pytest.raises(UserError, match=r"is a folder of 1 runs, not a run; the latest is .*ppo_cartpole/"):
+        evaluate(str(runs["ppo_cartpole"].parent))
+    running = tmp_path / "ppo_cartpole" / "running"
+    shutil.copytree(runs["ppo_cartpole"], running, ignore=shutil.ignore_patterns("checkpoints"))
+    (running / "status.json").write_text(
+        json.dumps({"status": "running", "pid": os.getpid(), "hostname": os.uname().nodename})
+    )
+    every = __import__("yaml").safe_load((running / "experiment.yaml").read_text())["checkpoint"]["every"]
+    with pytest.raises(UserError, match=rf"still running .* first comes at iteration {every}"):
+        evaluate(str(running))

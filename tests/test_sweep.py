@@ -245,3 +245,31 @@ def test_optuna_search_and_pbt_scheduler_run_through_tune(
     # PBT logs each exploit (a trial restarted from the better one's checkpoint with a new lr).
     exploits = (summary.sweep_dir / "pbt_global.txt").read_text().splitlines()
     assert exploits, "PBT never exploited"
+
+
+def test_trials_that_stop_before_their_first_evaluation_are_evaluated_when_they_stop(
+    ray_session: None, experiments: Path, tmp_path: Path
+) -> None:
+    import math
+
+    (experiments / "late.yaml").write_text(
+        TINY.format(
+            env="CartPole-v1",
+            timesteps=1000,
+            sweep="  search: grid\n  space:\n    training.lr: {grid: [0.001, 0.0003]}\n",
+        )
+        + "evaluation: {interval: 5, episodes: 2}\n"
+    )
+    output = io.StringIO()
+    summary = run_sweep("late", runs_root=tmp_path / "runs", console=Console(file=output, width=300))
+    assert "trials stop at 1,000 timesteps, before their first evaluation (iteration 5" in output.getvalue()
+    assert summary.metric == "eval_return" and len(summary.trials) == 2
+    for row in summary.trials:
+        assert math.isfinite(row.score) and row.score == row.eval_return_mean, row
+        evaluated = [not math.isnan(point["eval_return_mean"]) for point in row.history]
+        assert evaluated == [False, True], row.history  # only where it was measured: at the end
+    from rl_app.policy.evaluate import evaluate
+
+    # A trial folder is taken as it is: its best checkpoint is evaluated.
+    report = evaluate(summary.trials[0].trial_dir, episodes=2, console=quiet())
+    assert Path(report["checkpoint"]).parent == Path(summary.trials[0].trial_dir)

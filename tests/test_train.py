@@ -147,3 +147,27 @@ def test_a_wrapper_declared_in_the_experiment_applies_in_training_and_evaluation
     report = evaluate(str(summary.run_dir), episodes=10, explore=True, console=quiet)
     lengths = [episode["length"] for episode in report["per_episode"]]
     assert max(lengths) == 20 and all(length <= 20 for length in lengths)
+
+
+def test_an_evaluation_is_recorded_only_on_the_iteration_that_ran_it(shipped: Path, tmp_path: Path) -> None:
+    """RLlib's results repeat the last evaluation until the next; progress.csv must not."""
+    overrides = [*SMALL_PPO, "evaluation.interval=2", "evaluation.episodes=2", "stop.iterations=5"]
+    progress = rows(train("ppo_cartpole", overrides, runs_root=tmp_path).run_dir)
+    evaluated = [row["eval_return_mean"] not in ("", "nan") for row in progress]
+    assert evaluated == [False, True, False, True, False]
+
+
+def test_library_messages_go_to_the_run_log_not_the_console(shipped: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--runs-dir", str(tmp_path)]
+    args = [arg for item in [*SMALL_PPO, "stop.iterations=1"] for arg in ("--set", item)]
+    quiet = subprocess.run([*command, *args], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == "", quiet.stderr  # no RLlib banner, no deprecation notice
+    (run_dir,) = (tmp_path / "ppo_cartpole").iterdir()
+    assert "new API stack" in (run_dir / "rl_app.log").read_text()
+    assert f"Ray's and RLlib's own messages: {run_dir / 'rl_app.log'}" in quiet.stdout
+    loud = subprocess.run([*command, *args, "--verbose"], capture_output=True, text=True, timeout=300)
+    assert loud.returncode == 0 and "new API stack" in loud.stderr

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -78,8 +79,20 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(probe.getsockname()[1])
 
 
-def _cluster_processes(temp_dir: str) -> list[Any]:
-    """Ray's daemons for ``temp_dir`` (their command lines name it) and all their children.
+def _is_cluster_root(command_line: str, temp_dir: str, gcs_address: str | None) -> bool:
+    """Ray's daemons name the head's temp folder; its client server (``ray://``, started by
+    ``ray start`` and then left to init) names only the head's GCS address."""
+    if temp_dir in command_line:
+        return True
+    return (
+        gcs_address is not None
+        and "ray.util.client.server" in command_line
+        and f"--address={gcs_address}" in command_line.split()
+    )
+
+
+def _cluster_processes(temp_dir: str, gcs_address: str | None = None) -> list[Any]:
+    """Ray's daemons for ``temp_dir`` (and the client server of ``gcs_address``) and all their children.
 
     Children must be found through the daemons: workers and agents rename themselves
     (``ray::IDLE``), so their command lines no longer mention the folder.
@@ -89,7 +102,7 @@ def _cluster_processes(temp_dir: str) -> list[Any]:
     roots = []
     for process in psutil.process_iter(["cmdline"]):
         try:
-            if temp_dir in " ".join(process.info["cmdline"] or []):
+            if _is_cluster_root(" ".join(process.info["cmdline"] or []), temp_dir, gcs_address):
                 roots.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -106,7 +119,7 @@ def listening_addresses(state: ClusterState) -> list[str]:
     """Every TCP address the cluster's processes listen on (to check they are all loopback)."""
     import psutil
 
-    pids = {p.pid for p in _cluster_processes(state.temp_dir)}
+    pids = {p.pid for p in _cluster_processes(state.temp_dir, state.gcs_address)}
     return sorted(
         f"{c.laddr.ip}:{c.laddr.port}"
         for c in psutil.net_connections("tcp")
@@ -151,7 +164,7 @@ def cluster_up(
         *([f"--num-cpus={num_cpus}"] if num_cpus else []),
     ]  # fmt: skip
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    processes = _cluster_processes(temp_dir)
+    processes = _cluster_processes(temp_dir, f"{bind}:{port}")
     if result.returncode != 0:
         _stop(processes)
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -180,7 +193,41 @@ def _alive(state: ClusterState) -> bool:
     return False
 
 
+def _running(processes: list[Any]) -> list[Any]:
+    """Those still running; a zombie has exited (whoever inherited it may never reap it)."""
+    import psutil
+
+    alive = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def _is_gcs(process: Any) -> bool:
+    import psutil
+
+    try:
+        return "gcs_server" in process.name()
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _stop(processes: list[Any], grace_s: float = 10.0) -> int:
+    """SIGTERM, then SIGKILL what is still running after ``grace_s``; returns as soon as all are gone.
+
+    The GCS goes last: the raylet and the agents shut down in well under a second while it is
+    up, but wait out any grace period without it (10 s here)."""
+    gcs = [p for p in processes if _is_gcs(p)]
+    _terminate([p for p in processes if p not in gcs], grace_s)
+    _terminate(gcs, grace_s)
+    return len(processes)
+
+
+def _terminate(processes: list[Any], grace_s: float) -> None:
     import psutil
 
     for process in processes:
@@ -188,14 +235,17 @@ def _stop(processes: list[Any], grace_s: float = 10.0) -> int:
             process.send_signal(signal.SIGTERM)
         except psutil.NoSuchProcess:
             continue
-    _, alive = psutil.wait_procs(processes, timeout=grace_s)
-    for process in alive:
+    deadline = time.monotonic() + grace_s
+    while _running(processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for process in _running(processes):
         try:
             process.kill()
         except psutil.NoSuchProcess:
             continue
-    psutil.wait_procs(alive, timeout=5)
-    return len(processes)
+    deadline = time.monotonic() + 5
+    while _running(processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def cluster_down(state_dir: Path = DEFAULT_STATE_DIR) -> int:
@@ -205,7 +255,7 @@ def cluster_down(state_dir: Path = DEFAULT_STATE_DIR) -> int:
     state = read_state(state_dir)
     if state is None:
         raise UserError(f"no cluster was started from here (no {state_file(state_dir)})")
-    processes = {p.pid: p for p in _cluster_processes(state.temp_dir)}
+    processes = {p.pid: p for p in _cluster_processes(state.temp_dir, state.gcs_address)}
     for pid, created in state.processes:
         try:
             process = psutil.Process(pid)

@@ -8,6 +8,7 @@ one-line errors.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 
 from rl_app.cluster.head import DEFAULT_STATE_DIR, read_state, read_token
+from rl_app.console.tables import Column, fitted_table, output_console
 from rl_app.errors import UserError, first_line
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -66,7 +68,10 @@ def _check_cluster(conn: Connection) -> None:
     try:
         response = requests.get(f"{conn.address}/api/version", headers=conn.headers, timeout=10)
     except requests.RequestException as exc:
-        raise UserError(f"cannot reach the Ray dashboard at {conn.address}: {type(exc).__name__}") from None
+        raise UserError(
+            f"cannot reach the Ray dashboard at {conn.address}: {type(exc).__name__} "
+            "(start a local cluster with `make cluster-up`, or pass --address http://HOST:8265)"
+        ) from None
     if response.status_code in (401, 403):
         said = "no token was sent" if not conn.headers else "the token was refused"
         raise UserError(
@@ -88,6 +93,9 @@ def _check_cluster(conn: Connection) -> None:
 def client(conn: Connection) -> Any:
     from ray.job_submission import JobSubmissionClient
 
+    from rl_app.library_logs import capture_library_logs
+
+    capture_library_logs()  # Ray's packaging and upload INFO lines are not for our users
     _check_cluster(conn)
     return JobSubmissionClient(conn.address, headers=conn.headers)
 
@@ -191,17 +199,35 @@ def _known(jobs: Any, job_id: str) -> Any:
         raise
 
 
-def list_jobs(address: str | None, token_file: str | None, console: Console | None = None) -> list[Any]:
-    from rich.table import Table
+JOB_COLUMNS = [
+    Column("job"),
+    Column("status"),
+    Column("started", optional=True),
+    Column("entrypoint", optional=True),
+]
 
-    console = console or Console(highlight=False)
-    jobs = client(connection(address, token_file)).list_jobs()
-    table = Table("job", "status", "entrypoint", "started", show_edge=False)
-    for job in sorted(jobs, key=lambda j: j.start_time or 0):
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((job.start_time or 0) / 1000))
-        table.add_row(job.submission_id or job.job_id or "?", str(job.status), job.entrypoint, started)
-    console.print(table)
-    return list(jobs)
+
+def list_jobs(
+    address: str | None, token_file: str | None, console: Console | None = None, as_json: bool = False
+) -> list[Any]:
+    """Print the cluster's jobs, oldest first (``as_json``: one JSON list, for scripts)."""
+    jobs = sorted(client(connection(address, token_file)).list_jobs(), key=lambda j: j.start_time or 0)
+    listed = [
+        {
+            "job": job.submission_id or job.job_id or "?",
+            "status": str(job.status),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((job.start_time or 0) / 1000)),
+            "entrypoint": job.entrypoint,
+        }
+        for job in jobs
+    ]
+    if as_json:
+        print(json.dumps(listed, indent=2))
+        return jobs
+    console = console or output_console()
+    rows = [[str(job[column.name]) for column in JOB_COLUMNS] for job in listed]
+    console.print(fitted_table("Jobs", JOB_COLUMNS, rows, console.width))
+    return jobs
 
 
 def job_status(job_id: str, address: str | None, token_file: str | None) -> str:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from rl_app.errors import UserError, first_line
-from rl_app.rllib.logs import quiet_libraries
+from rl_app.library_logs import capture_library_logs
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,10 @@ def ray_session(
     and left running; one started here is shut down on exit, Ctrl-C included.
     ``preload`` names modules to import while Ray starts.
     """
-    if not verbose:
-        quiet_libraries()
     import ray
+
+    if not verbose:
+        capture_library_logs()
 
     from rl_app.cluster.resources import local_cpu_count, local_gpu_count
 
@@ -83,6 +84,8 @@ def ray_session(
                 _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
             )
     preloading.join()
+    if not verbose:
+        capture_library_logs()  # again: RLlib, imported meanwhile, brought its own console handler
     try:
         resources = ray.cluster_resources()
         num_gpus = int(resources.get("GPU", 0))

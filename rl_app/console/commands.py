@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from rich.table import Table
 
 from rl_app.config import available_experiments, experiments_dir, load_experiment
 from rl_app.config.loader import experiment_path, read_with_extends
+from rl_app.console.tables import Column, fitted_table, output_console
 
 
 def list_experiments(console: Console | None = None) -> None:
@@ -40,29 +42,40 @@ def show_experiment(name: str, overrides: list[str] | tuple[str, ...] = ()) -> N
     print(yaml.safe_dump(resolved_settings(loaded.config, config), sort_keys=False), end="")
 
 
-def list_runs(runs_root: Path, console: Console | None = None) -> None:
-    """Print every run under ``runs_root``: experiment, status, best return, timesteps, checkpoint."""
+RUN_COLUMNS = [
+    Column("run"),
+    Column("env", optional=True),
+    Column("status"),
+    Column("iter", "right", optional=True),
+    Column("timesteps", "right", optional=True),
+    Column("best return", "right"),
+    Column("checkpoint", optional=True),
+]
+
+
+def list_runs(runs_root: Path, console: Console | None = None, as_json: bool = False) -> None:
+    """Print every run under ``runs_root``: experiment, env, status, best return, timesteps, checkpoint
+    (``as_json``: one JSON list, for scripts)."""
     from rl_app.errors import UserError
     from rl_app.runs.listing import find_runs
 
     if not runs_root.is_dir():
         raise UserError(f"runs folder '{runs_root}' does not exist (train something first, or --runs-dir)")
-    console = console or Console()
-    table = Table(title=f"Runs in {runs_root}", title_justify="left")
-    for column in ("run", "status", "iter", "timesteps", "best return", "checkpoint"):
-        table.add_column(
-            column,
-            justify="right" if column in ("iter", "timesteps", "best return") else "left",
-            no_wrap=True,
-        )
-    for row in find_runs(runs_root):
-        best = "" if math.isnan(row.best_return) else f"{row.best_return:.1f}"
-        table.add_row(
+    found = find_runs(runs_root)
+    if as_json:
+        print(json.dumps([row.as_json(runs_root) for row in found], indent=2))
+        return
+    console = console or output_console()
+    rows = [
+        [
             str(row.path.relative_to(runs_root)),
+            row.env,
             row.status,
             str(row.iterations),
             f"{row.timesteps:,}",
-            best,
+            "" if math.isnan(row.best_return) else f"{row.best_return:.1f}",
             row.last_checkpoint,
-        )
-    console.print(table)
+        ]
+        for row in found
+    ]
+    console.print(fitted_table(f"Runs in {runs_root}", RUN_COLUMNS, rows, console.width))

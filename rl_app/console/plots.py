@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,29 +70,57 @@ def _run_title(run_dir: Path) -> str:
         return f"{run_dir.parent.name} / {run_dir.name}"
 
 
-def plot_comparison(run_dirs: list[Path], out_png: Path) -> Path:
-    """Several runs on one chart: evaluation return where a run has one, else training return."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+@dataclass
+class Curve:
+    """One run's line on the comparison chart."""
+
+    label: str
+    points: list[dict[str, float]]
+    key: str  # eval_return_mean where the run evaluated, else return_mean
+    identical_to: str | None = None  # an earlier run with exactly this curve (same seed)
+
+
+def comparison_curves(run_dirs: list[Path]) -> list[Curve]:
+    """Each run's curve: evaluation return where a run has one, else training return; a curve
+    identical to an earlier run's says so (it would hide under it otherwise)."""
+    curves: list[Curve] = []
+    drawn: dict[tuple[tuple[float, float], ...], str] = {}
     for run_dir in run_dirs:
         rows = read_progress(run_dir / "progress.csv")
         evals = [r for r in rows if not math.isnan(r["eval_return_mean"])]
         key, points = ("eval_return_mean", evals) if evals else ("return_mean", rows)
         points = [r for r in points if not math.isnan(r[key])]
-        label = f"{_run_title(run_dir)} ({'evaluation' if evals else 'training'})"
+        title = _run_title(run_dir)
+        curve = Curve(f"{title} ({'evaluation' if evals else 'training'})", points, key)
+        first = drawn.setdefault(tuple((r["timesteps"], r[key]) for r in points), title)
+        if first != title:
+            curve.identical_to = first
+            curve.label += f", identical to {first}"
+        curves.append(curve)
+    return curves
+
+
+def plot_comparison(run_dirs: list[Path], out_png: Path) -> Path:
+    """Several runs on one chart; identical curves dashed over the first, so each stays visible."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+    for curve in comparison_curves(run_dirs):
+        evaluated = curve.key == "eval_return_mean"
+        steps = [r["timesteps"] for r in curve.points]
         line = ax.plot(
-            [r["timesteps"] for r in points],
-            [r[key] for r in points],
+            steps,
+            [r[curve.key] for r in curve.points],
             lw=2,
-            marker="o" if evals else None,  # evaluations are sparse: show each one
+            ls=(0, (4, 4)) if curve.identical_to else "-",
+            marker="o" if evaluated else None,  # evaluations are sparse: show each one
             ms=5,
-            label=label,
+            label=curve.label,
         )[0]
-        if not evals and points:
+        if not evaluated and curve.points:
             ax.fill_between(
-                [r["timesteps"] for r in points],
-                [r["return_min"] for r in points],
-                [r["return_max"] for r in points],
+                steps,
+                [r["return_min"] for r in curve.points],
+                [r["return_max"] for r in curve.points],
                 alpha=0.12,
                 color=line.get_color(),
             )
@@ -107,7 +136,10 @@ def plot_comparison(run_dirs: list[Path], out_png: Path) -> Path:
 
 
 def report_runs(run_dirs: list[Path], out: Path | None = None) -> list[Path]:
-    """Redraw each run's reward curve; with several runs also a comparison PNG. Returns the PNGs."""
+    """Redraw each run's reward curve; with several runs also a comparison PNG (default:
+    ``<runs folder>/reports/<timestamp>/comparison.png``, next to the runs). Returns the PNGs."""
+    from datetime import datetime
+
     from rl_app.errors import UserError
 
     for run_dir in run_dirs:
@@ -118,7 +150,11 @@ def report_runs(run_dirs: list[Path], out: Path | None = None) -> list[Path]:
         for run_dir in run_dirs
     ]
     if len(run_dirs) > 1:
-        written.append(plot_comparison(run_dirs, out or Path("comparison.png")))
+        if out is None:
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            out = run_dirs[0].resolve().parent.parent / "reports" / stamp / "comparison.png"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        written.append(plot_comparison(run_dirs, out))
     for path in written:
         print(f"wrote {path}")
     return written
@@ -144,6 +180,8 @@ def plot_trial_curves(trials: list[Any], metric: str, out_png: Path, title: str,
             lw=3 if best else 1.3,
             alpha=1.0 if best else 0.75,
             ls="--" if trial.status in ("pruned", "error") else "-",
+            marker="o" if metric == "eval_return" else None,  # evaluations are sparse: show each one
+            ms=4,
             label=f"#{trial.rank} {_short_values(trial.values)}" if trial.rank <= labelled else None,
         )
     ax.set_xlabel("environment timesteps")

@@ -13,12 +13,13 @@ from typing import Any
 from rich.console import Console
 
 from rl_app.config import EnvSection
+from rl_app.console.tables import output_console
 from rl_app.runs.checkpoints import read_info
 from rl_app.runs.files import write_json
 from rl_app.runs.layout import checkpoint_experiment, is_run_dir
 from rl_app.runs.remote import locate_checkpoint
 
-VIDEO_EPISODES = 3
+DEFAULT_VIDEO_EPISODES = 3
 
 
 @dataclass
@@ -28,37 +29,53 @@ class EpisodeResult:
     length: int
 
 
+def video_name(index: int, seed: int) -> str:
+    """The mp4 of episode ``index`` (0-based) of an evaluation, reset with ``seed``."""
+    return f"episode-{index:03d}-seed{seed}.mp4"
+
+
+def _write_video(frames: list[Any], fps: float, path: Path) -> None:
+    from moviepy.video.io.ImageSequenceClip import ImageSequenceClip
+
+    clip = ImageSequenceClip(frames, fps=fps)
+    clip.write_videofile(str(path), logger=None)
+    clip.close()
+
+
 def run_episodes(
-    policy: Any, env_spec: EnvSection, seeds: list[int], video_dir: str | None = None
+    policy: Any,
+    env_spec: EnvSection,
+    episodes: list[tuple[int, int]],
+    video_dir: str | None = None,
+    video_episodes: int = DEFAULT_VIDEO_EPISODES,
 ) -> list[EpisodeResult]:
-    """Play one episode per seed with ``policy``; record the first few to ``video_dir`` as mp4."""
+    """Play each ``(index, seed)`` episode with ``policy``; those with index < ``video_episodes``
+    are recorded to ``video_dir`` as :func:`video_name` mp4s."""
     import torch
 
     from rl_app.envs import make_env
 
     torch.set_num_threads(1)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render offscreen: no display needed
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # and no sound card probed (ALSA's noise)
     env = make_env(env_spec, render_mode="rgb_array" if video_dir else None)
-    if video_dir:
-        from gymnasium.wrappers import RecordVideo
-
-        env = RecordVideo(
-            env,
-            video_folder=video_dir,
-            name_prefix=f"seed{seeds[0]}",
-            episode_trigger=lambda index: index < VIDEO_EPISODES,
-            disable_logger=True,
-        )
+    fps = float(env.metadata.get("render_fps") or 30)
     results = []
     try:
-        for seed in seeds:
+        for index, seed in episodes:
+            record = video_dir is not None and index < video_episodes
             obs, _ = env.reset(seed=seed)
+            frames = [env.render()] if record else []
             total, length, done = 0.0, 0, False
             while not done:
                 obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
                 total += float(reward)
                 length += 1
                 done = terminated or truncated
+                if record:
+                    frames.append(env.render())
+            if record and video_dir is not None:
+                _write_video(frames, fps, Path(video_dir) / video_name(index, seed))
             results.append(EpisodeResult(seed, total, length))
     finally:
         env.close()
@@ -86,32 +103,41 @@ def evaluate(
     episodes: int = 10,
     workers: int = 1,
     video: bool = False,
+    video_episodes: int = DEFAULT_VIDEO_EPISODES,
     explore: bool = False,
     seed: int = 1000,
     runs_root: Path = Path("runs"),
+    verbose: bool = False,
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Evaluate the policy at ``location``; print and return the statistics, write ``eval.json``."""
+    from rl_app.library_logs import capture_rllib_logs, library_log_note, write_library_logs
     from rl_app.policy.module import load_policy
 
-    console = console or Console()
+    if not verbose:
+        capture_rllib_logs()
+    console = console or output_console()
     checkpoint = locate_checkpoint(location, runs_root)
     info = read_info(checkpoint)
     env_spec = _env_of(checkpoint, info.env)
     run_dir = checkpoint.parent.parent
     out_dir = run_dir if is_run_dir(run_dir) else checkpoint
+    if not verbose:
+        write_library_logs(out_dir)
     policy = load_policy(checkpoint, explore=explore)
-    seeds = list(range(seed, seed + episodes))
+    numbered = list(enumerate(range(seed, seed + episodes)))
     video_dir = str((out_dir / "videos" / checkpoint.name).resolve()) if video else None
+    if video_dir:
+        Path(video_dir).mkdir(parents=True, exist_ok=True)
     workers = min(workers, episodes)
     console.print(
         f"Evaluating {checkpoint} ({info.algorithm} on {info.env}): {episodes} episodes, "
         f"{'sampled' if explore else 'deterministic'} actions, {workers} worker(s)"
     )
     if workers == 1:
-        results = run_episodes(policy, env_spec, seeds, video_dir)
+        results = run_episodes(policy, env_spec, numbered, video_dir, video_episodes)
     else:
-        results = _run_in_parallel(policy, env_spec, seeds, workers, video_dir)
+        results = _run_in_parallel(policy, env_spec, numbered, workers, video_dir, video_episodes)
     returns = [r.episode_return for r in results]
     lengths = [float(r.length) for r in results]
     report: dict[str, Any] = {
@@ -124,7 +150,9 @@ def evaluate(
         "return": _stats(returns),
         "episode_length": _stats(lengths),
         "per_episode": [asdict(r) for r in results],
-        "videos": sorted(str(p) for p in Path(video_dir).glob("*.mp4")) if video_dir else [],
+        "videos": [str(Path(video_dir) / video_name(index, s)) for index, s in numbered[:video_episodes]]
+        if video_dir
+        else [],
         "evaluated_at": datetime.now(UTC).isoformat(),
     }
     write_json(out_dir / "eval.json", report)
@@ -136,13 +164,21 @@ def evaluate(
     console.print(f"Wrote {out_dir / 'eval.json'}" + (f" and videos in {video_dir}" if video_dir else ""))
     if not all(math.isfinite(x) for x in returns):
         console.print("[yellow]warning: some episode returns are not finite[/yellow]")
+    note = None if verbose else library_log_note(out_dir)
+    if note:
+        console.print(note)
     return report
 
 
 def _run_in_parallel(
-    policy: Any, env_spec: EnvSection, seeds: list[int], workers: int, video_dir: str | None
+    policy: Any,
+    env_spec: EnvSection,
+    episodes: list[tuple[int, int]],
+    workers: int,
+    video_dir: str | None,
+    video_episodes: int,
 ) -> list[EpisodeResult]:
-    """Split the seeds over Ray tasks; the policy goes into the object store once for all of them."""
+    """Split the episodes over Ray tasks; the policy goes into the object store once for all of them."""
     import ray
 
     from rl_app.cluster.session import ray_session
@@ -150,10 +186,7 @@ def _run_in_parallel(
     with ray_session():
         policy_ref = ray.put(policy)
         task = ray.remote(num_cpus=1)(run_episodes)
-        shares = [seeds[i::workers] for i in range(workers)]
-        futures = [
-            task.remote(policy_ref, env_spec, share, video_dir if i == 0 else None)
-            for i, share in enumerate(shares)
-        ]
+        shares = [episodes[i::workers] for i in range(workers)]
+        futures = [task.remote(policy_ref, env_spec, share, video_dir, video_episodes) for share in shares]
         results = [r for batch in ray.get(futures) for r in batch]
     return sorted(results, key=lambda r: r.seed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
+from rl_app.console.tables import output_console
 from rl_app.errors import UserError
 from rl_app.runs.checkpoints import read_info
 from rl_app.runs.files import write_json
@@ -25,22 +27,38 @@ def _example_batch(space: Any, size: int = 8) -> Any:
     return torch.as_tensor(np.stack([space.sample() for _ in range(size)]).astype(np.float32))
 
 
+def _earlier_exports(out_dir: Path) -> dict[str, Any]:
+    """The ``files`` entries of an earlier ``policy.json`` in ``out_dir`` whose files are still there."""
+    try:
+        earlier = json.loads((out_dir / "policy.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    files = earlier.get("files") or {
+        earlier.get("file"): {k: earlier.get(k) for k in ("format", "checkpoint", "iteration")}
+    }
+    return {name: entry for name, entry in files.items() if name and (out_dir / name).is_file()}
+
+
 def export_policy(
     location: str,
     fmt: str,
     out_dir: Path | None = None,
     *,
     runs_root: Path = Path("runs"),
+    verbose: bool = False,
     console: Console | None = None,
 ) -> Path:
     """Write ``policy.pt`` or ``policy.onnx`` and ``policy.json`` (spaces, algorithm, source)."""
     import torch
 
+    from rl_app.library_logs import capture_rllib_logs, library_log_note, write_library_logs
     from rl_app.policy.module import load_policy, space_description
 
     if fmt not in FILENAMES:
         raise UserError(f"export format '{fmt}' is not one of: {', '.join(FILENAMES)}")
-    console = console or Console()
+    if not verbose:
+        capture_rllib_logs()
+    console = console or output_console()
     checkpoint = locate_checkpoint(location, runs_root)
     info = read_info(checkpoint)
     out_dir = out_dir or checkpoint.parent.parent / "export"
@@ -48,6 +66,8 @@ def export_policy(
     policy = load_policy(checkpoint)
     example = _example_batch(policy.observation_space)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if not verbose:
+        write_library_logs(out_dir)
     # Write next to the target and move into place: a failed export leaves any earlier one intact.
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".export-") as scratch:
         staged = Path(scratch) / target.name
@@ -67,11 +87,14 @@ def export_policy(
                     verbose=False,
                 )
         shutil.move(str(staged), target)
+    exported = {"format": fmt, "checkpoint": str(checkpoint), "iteration": info.iteration}
     write_json(
         out_dir / "policy.json",
         {
+            # The latest export; ``files`` describes every policy file in the folder.
             "format": fmt,
             "file": target.name,
+            "files": {**_earlier_exports(out_dir), target.name: exported},
             "algorithm": info.algorithm,
             "env": info.env,
             "checkpoint": str(checkpoint),
@@ -83,4 +106,7 @@ def export_policy(
         },
     )
     console.print(f"Exported {info.algorithm} policy ({info.env}) to {target} and {out_dir / 'policy.json'}")
+    note = None if verbose else library_log_note(out_dir)
+    if note:
+        console.print(note)
     return target

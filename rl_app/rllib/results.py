@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ray.rllib.utils.metrics import (
@@ -19,25 +20,41 @@ from ray.tune.result import TIME_THIS_ITER_S, TRAINING_ITERATION
 from rl_app.runs.progress import IterationMetrics, number_or_nan
 
 
+def evaluated_this_iteration(iteration: int, evaluation_interval: int) -> bool:
+    """Whether RLlib evaluated in ``iteration``: every ``evaluation_interval`` iterations, as
+    ``Algorithm.step`` decides. Its results keep the last evaluation's numbers on the
+    iterations between, so they alone cannot tell."""
+    return bool(evaluation_interval) and iteration % evaluation_interval == 0
+
+
+def evaluation_return(result: dict[str, Any]) -> float:
+    """The mean episode return of an evaluation result (``Algorithm.evaluate()`` or train's)."""
+    evaluation = result.get(EVALUATION_RESULTS, result).get(ENV_RUNNER_RESULTS, {})
+    return number_or_nan(evaluation.get(EPISODE_RETURN_MEAN))
+
+
 def metrics_from_result(
-    result: dict[str, Any], previous_timesteps: int, elapsed_s: float
+    result: dict[str, Any], previous_timesteps: int, elapsed_s: float, evaluation_interval: int = 0
 ) -> IterationMetrics:
-    """Pick our reported numbers out of one RLlib ``Algorithm.train()`` result."""
+    """Pick our reported numbers out of one RLlib ``Algorithm.train()`` result; the evaluation
+    return only on an iteration that evaluated (NaN on the others)."""
     runners = result.get(ENV_RUNNER_RESULTS, {})
-    evaluation = result.get(EVALUATION_RESULTS, {}).get(ENV_RUNNER_RESULTS, {})
+    iteration = int(result[TRAINING_ITERATION])
     timesteps = int(
         result.get(NUM_ENV_STEPS_SAMPLED_LIFETIME) or runners.get(NUM_ENV_STEPS_SAMPLED_LIFETIME) or 0
     )
     iteration_s = float(result.get(TIME_THIS_ITER_S) or 0.0)
     return IterationMetrics(
-        iteration=int(result[TRAINING_ITERATION]),
+        iteration=iteration,
         timesteps=timesteps,
         episodes=int(runners.get(NUM_EPISODES_LIFETIME) or 0),
         return_mean=number_or_nan(runners.get(EPISODE_RETURN_MEAN)),
         return_min=number_or_nan(runners.get(EPISODE_RETURN_MIN)),
         return_max=number_or_nan(runners.get(EPISODE_RETURN_MAX)),
         episode_len_mean=number_or_nan(runners.get(EPISODE_LEN_MEAN)),
-        eval_return_mean=number_or_nan(evaluation.get(EPISODE_RETURN_MEAN)),
+        eval_return_mean=evaluation_return(result)
+        if evaluated_this_iteration(iteration, evaluation_interval)
+        else math.nan,
         steps_per_s=(timesteps - previous_timesteps) / iteration_s if iteration_s > 0 else 0.0,
         iteration_s=iteration_s,
         elapsed_s=elapsed_s,

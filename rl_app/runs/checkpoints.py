@@ -134,7 +134,8 @@ def save_checkpoint(
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder from a checkpoint path or a run folder (its latest complete checkpoint)."""
+    """A checkpoint folder from a checkpoint, a run folder (its latest complete checkpoint) or a
+    sweep trial folder (its best complete checkpoint)."""
     if not path.exists():
         raise CheckpointError(f"'{path}' does not exist (expected a run folder or a checkpoint)")
     if (path / MARKER).exists() or CHECKPOINT_NAME.match(path.name):
@@ -143,6 +144,34 @@ def resolve_checkpoint(path: Path) -> Path:
     if (path / "metadata.json").is_file() or checkpoints_dir(path).is_dir():
         latest = latest_checkpoint(path)
         if latest is None:
-            raise CheckpointError(f"run '{path}' has no complete checkpoint")
+            raise CheckpointError(_no_checkpoint_yet(path))
         return latest
+    trial_checkpoints = [p for p in path.glob("checkpoint_*") if (p / MARKER).is_file()]
+    if trial_checkpoints:  # a sweep trial: Tune's checkpoint_NNNNNN folders, with our marker
+        infos = {p: read_info(p) for p in trial_checkpoints}
+        return max(infos, key=lambda p: (infos[p].score, infos[p].iteration))
+    runs = sorted(p.parent for p in path.glob("*/metadata.json"))
+    if runs:
+        raise CheckpointError(
+            f"'{path}' is a folder of {len(runs)} runs, not a run; the latest is {runs[-1]}"
+        )
     raise CheckpointError(f"'{path}' is neither a run folder nor an rl_app checkpoint")
+
+
+def _no_checkpoint_yet(run_dir: Path) -> str:
+    """Why a run has no checkpoint: still running (and when the first one comes), or none was kept."""
+    import yaml
+
+    from rl_app.runs.layout import EXPERIMENT_FILE, run_status
+
+    if run_status(run_dir) != "running":
+        return f"run '{run_dir}' has no complete checkpoint"
+    try:
+        data = yaml.safe_load((run_dir / EXPERIMENT_FILE).read_text()) or {}
+        every = int((data.get("checkpoint") or {}).get("every", 10))
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+        return f"run '{run_dir}' is still running and has no checkpoint yet"
+    return (
+        f"run '{run_dir}' is still running and has no checkpoint yet; "
+        f"its first comes at iteration {every} (checkpoint.every)"
+    )

@@ -6,9 +6,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from rl_app.runs.checkpoints import latest_checkpoint
-from rl_app.runs.layout import run_status
+from rl_app.runs.layout import EXPERIMENT_FILE, run_status
 from rl_app.runs.progress import read_progress
 
 
@@ -20,10 +23,35 @@ class RunRow:
     experiment: str
     status: str
     started_at: str
+    env: str = ""
     iterations: int = 0
     timesteps: int = 0
     best_return: float = math.nan
     last_checkpoint: str = ""
+
+    def as_json(self, runs_root: Path) -> dict[str, Any]:
+        """The row for ``rl_app runs --json``: the run as a path relative to ``runs_root``, NaN as null."""
+        return {
+            "run": str(self.path.relative_to(runs_root)),
+            "path": str(self.path),
+            "experiment": self.experiment,
+            "env": self.env,
+            "status": self.status,
+            "started_at": self.started_at,
+            "iterations": self.iterations,
+            "timesteps": self.timesteps,
+            "best_return": None if math.isnan(self.best_return) else self.best_return,
+            "last_checkpoint": self.last_checkpoint,
+        }
+
+
+def _env_id(run_dir: Path) -> str:
+    """The env of a run, from its experiment.yaml (read as plain YAML: listing validates nothing)."""
+    try:
+        env = (yaml.safe_load((run_dir / EXPERIMENT_FILE).read_text()) or {}).get("env")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return ""
+    return str(env.get("id", "") if isinstance(env, dict) else env or "")
 
 
 def find_runs(runs_root: Path) -> list[RunRow]:
@@ -40,6 +68,7 @@ def find_runs(runs_root: Path) -> list[RunRow]:
             experiment=str(meta.get("experiment", run_dir.parent.name)),
             status=run_status(run_dir),
             started_at=str(meta.get("started_at", ""))[:19].replace("T", " "),
+            env=_env_id(run_dir),
         )
         progress = run_dir / "progress.csv"
         if progress.is_file():

@@ -81,6 +81,10 @@ def collect_trials(folder: StorageFolder, metric_key: str, mode: str) -> list[Tr
         history = []
         if frame is not None and "timesteps" in frame:
             history = frame[["timesteps", "return_mean", "eval_return_mean"]].astype(float).to_dict("records")
+            if "evaluated" in frame:  # the other results carry the latest evaluation forward
+                for point, evaluated in zip(history, frame["evaluated"].astype(bool), strict=True):
+                    if not evaluated:
+                        point["eval_return_mean"] = math.nan
         best = analysis.get_best_checkpoint(trial, metric_key, mode) if trial.checkpoint else None
         checkpoint = best or trial.checkpoint
         rows.append(

@@ -101,6 +101,25 @@ def plan_sweep(
     return SweepPlan(loaded.name, loaded.config, loaded.source, storage)
 
 
+def first_evaluation_after_stop(experiment: ExperimentConfig) -> str | None:
+    """Why the trials would stop before their first scheduled evaluation, if they would."""
+    assert experiment.sweep is not None
+    stop = experiment.sweep.stop or experiment.stop
+    interval = experiment.evaluation.interval
+    if stop.iterations is not None and stop.iterations < interval:
+        return (
+            f"trials stop at iteration {stop.iterations}, before their first evaluation "
+            f"(iteration {interval})"
+        )
+    per_iteration = experiment.training.train_batch_size_per_learner
+    if stop.timesteps is not None and per_iteration and stop.timesteps < interval * per_iteration:
+        return (
+            f"trials stop at {stop.timesteps:,} timesteps, before their first evaluation "
+            f"(iteration {interval}, {interval * per_iteration:,} timesteps)"
+        )
+    return None
+
+
 def run_sweep(
     name: str | None,
     overrides: tuple[str, ...] | list[str] = (),
@@ -117,6 +136,7 @@ def run_sweep(
 
     from rl_app.cluster.resources import plan_trial_resources
     from rl_app.cluster.session import ray_session
+    from rl_app.library_logs import write_library_logs
     from rl_app.sweep.tuner import new_tuner, restored_tuner
 
     # Save Tune's sweep state every 2 s (default: 10 s): a killed driver loses at most that much.
@@ -156,12 +176,17 @@ def run_sweep(
                 },
             )
             folder.push(EXPERIMENT_FILE, SWEEP_FILE)
+        if not verbose:
+            write_library_logs(folder.local)
         scheduler = sweep.scheduler.type.upper()
         console.print(
             f"[bold]{plan.name}[/bold]: sweeping {', '.join(sweep.space)} of {experiment.algorithm} on "
             f"{experiment.env.id}; {sweep.search} search, {scheduler} scheduler, {sweep.mode} {metric}"
         )
         console.print(f"Resources: {resources.describe(num_trials)}")
+        late = first_evaluation_after_stop(experiment) if metric == "eval_return" else None
+        if late:
+            console.print(f"[yellow]warning:[/yellow] {late}; each trial is evaluated once when it stops")
         mirrored = f" (trials and checkpoints in {folder.describe()})" if folder.mirrors else ""
         console.print(f"Sweep folder: {folder.local}{mirrored}")
         if plan.folder is None:

@@ -73,7 +73,13 @@ def trainable(experiment: ExperimentConfig, name: str, source: str, resources: T
     data = trial_data(experiment_dict(experiment))
     config = algorithm_config(validate_experiment(data, source), resources.plan, source)
     return tune.with_resources(
-        tune.with_parameters(ExperimentTrial, experiment=data, name=name, plan=resources.plan),
+        tune.with_parameters(
+            ExperimentTrial,
+            experiment=data,
+            name=name,
+            plan=resources.plan,
+            evaluate_at_end=metric_name(experiment) == "eval_return",
+        ),
         trial_resources(config),
     )
 

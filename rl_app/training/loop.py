@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rl_app.config import ExperimentConfig
 from rl_app.config.schema import StopSection
 from rl_app.rllib.algorithm import reseed_env_runners, restore_algorithm, save_algorithm
-from rl_app.rllib.results import metrics_from_result
+from rl_app.rllib.results import evaluation_return, metrics_from_result
 from rl_app.runs.checkpoints import CheckpointInfo, read_info, write_marker
 from rl_app.runs.progress import IterationMetrics
 
@@ -82,11 +82,17 @@ class TrainingLoop:
     def step(self) -> Step:
         """Train one iteration; its metrics and whether a stop criterion is met."""
         result = self.algo.train()
-        metrics = metrics_from_result(result, self.timesteps, self.elapsed_s)
+        interval = self.experiment.evaluation.interval
+        metrics = metrics_from_result(result, self.timesteps, self.elapsed_s, interval)
         self.iteration, self.timesteps, self.last = metrics.iteration, metrics.timesteps, metrics
         if not math.isnan(metrics.eval_return_mean):
             self.latest_eval_return = metrics.eval_return_mean
         return Step(metrics, result, stop_reason(self.experiment.stop, metrics, self.evaluated))
+
+    def evaluate(self) -> float:
+        """Evaluate the current policy now, outside the schedule; its mean return."""
+        self.latest_eval_return = evaluation_return(self.algo.evaluate())
+        return self.latest_eval_return
 
     def save(self, folder: Path) -> CheckpointInfo:
         """Write a checkpoint into ``folder``: RLlib's own (plus the replay buffer), our loop

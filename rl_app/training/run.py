@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from rl_app.config import ExperimentConfig
+from rl_app.console.tables import output_console
 from rl_app.errors import UserError, first_line
 from rl_app.runs.checkpoints import latest_checkpoint, read_info, save_checkpoint
 from rl_app.runs.files import write_json
@@ -177,10 +178,11 @@ def train(
     """Train experiment ``name`` (or resume run ``resume``); return the summary."""
     from rl_app.cluster.resources import plan_resources
     from rl_app.cluster.session import ray_session
+    from rl_app.library_logs import library_log_note, write_library_logs
     from rl_app.rllib.config import algorithm_build_modules, algorithm_config, resolved_settings
     from rl_app.runs.storage import open_storage
 
-    console = console or Console(stderr=False)
+    console = console or output_console()
     overrides = tuple(overrides)
     if storage:
         overrides = (*overrides, f"storage={storage}")
@@ -221,6 +223,8 @@ def train(
                 argv=sys.argv,
                 storage=mirror.storage.uri if mirror else None,
             )
+        if not verbose:
+            write_library_logs(run_dir)
         write_status(run_dir, "running")
         if mirror is not None:
             mirror.push("metadata.json", "experiment.yaml", "config.yaml", "command.txt", "status.json")
@@ -243,6 +247,9 @@ def train(
     if plan.resume_checkpoint is not None:
         summary.resumed_from = str(plan.resume_checkpoint)
     _print_summary(console, summary)
+    note = None if verbose else library_log_note(summary.run_dir)
+    if note:
+        console.print(note)
     return summary
 
 

@@ -8,6 +8,7 @@ checkpoints are ones ``rl_app evaluate``/``export``/``train --init-from`` take.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -28,22 +29,36 @@ class ExperimentTrial(tune.Trainable):
     """Trains ``experiment`` (plain data, no sweep section) with Tune's sampled ``config`` set into it."""
 
     def setup(  # type: ignore[override]
-        self, config: dict[str, Any], *, experiment: dict[str, Any], name: str, plan: ResourcePlan
+        self,
+        config: dict[str, Any],
+        *,
+        experiment: dict[str, Any],
+        name: str,
+        plan: ResourcePlan,
+        evaluate_at_end: bool = False,
     ) -> None:
+        from rl_app.library_logs import capture_library_logs
         from rl_app.rllib.algorithm import build_experiment
-        from rl_app.rllib.logs import quiet_libraries
         from rl_app.training.loop import TrainingLoop
 
-        quiet_libraries()
+        capture_library_logs()
         source = f"sweep trial {self.trial_id}"
         trial = trial_experiment(experiment, config, source)
         self.loop = TrainingLoop(build_experiment(trial, plan, source), trial, name)
+        # Ranked by eval_return: a trial that stops before its first scheduled evaluation
+        # is evaluated once at its end rather than ranked last without a score.
+        self.evaluate_at_end = evaluate_at_end
 
     def step(self) -> dict[str, Any]:
         step = self.loop.step()
         result = asdict(step.metrics)
         del result["iteration"]  # Tune counts training_iteration itself
-        # Schedulers need the metric in every result: the latest evaluation until the next one.
+        result["evaluated"] = not math.isnan(step.metrics.eval_return_mean)
+        if step.stop_reason is not None and self.evaluate_at_end and math.isnan(self.loop.latest_eval_return):
+            self.loop.evaluate()
+            result["evaluated"] = True
+        # Schedulers need the metric in every result: the latest evaluation until the next one
+        # (``evaluated`` marks the results that measured it; plots and CSVs show only those).
         result["eval_return_mean"] = self.loop.latest_eval_return
         if step.stop_reason is not None:
             result["stop_reason"] = step.stop_reason

@@ -1,0 +1,107 @@
+"""Ray's, RLlib's, Tune's and torch's own messages: out of our output, into the run's ``rl_app.log``.
+
+They print deprecation notices and banners on every start that are not for our users.
+Without ``--verbose`` their warnings go to a log file in the run (or sweep, or evaluation)
+folder once it exists, errors still reach stderr, and Python warnings go with them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from collections import deque
+from pathlib import Path
+
+LOG_FILE = "rl_app.log"
+# Loggers that Ray and torch give console handlers of their own (children of these that
+# have handlers are found at capture time); "py.warnings" carries Python's warnings.
+LIBRARY_LOGGERS = ("ray", "torch", "py.warnings")
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _LibraryHandler(logging.Handler):
+    """Holds the latest records until a log file is set, then writes each one there."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.pending: deque[logging.LogRecord] = deque(maxlen=1000)
+        self.file: logging.FileHandler | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.file is None:
+            self.pending.append(record)
+        else:
+            self.file.emit(record)
+
+
+_HANDLER = _LibraryHandler()
+_ERRORS = logging.StreamHandler(sys.stderr)
+_ERRORS.setLevel(logging.ERROR)
+_ERRORS.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+
+
+def capture_library_logs() -> None:
+    """Route the libraries' loggers to the log file (errors also to stderr). Call it again after
+    importing Ray or RLlib: each adds a console handler of its own when first imported."""
+    logging.captureWarnings(True)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", module="gymnasium")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's own trial tables; rl_app prints its own
+    known = logging.root.manager.loggerDict
+    names = {
+        *LIBRARY_LOGGERS,
+        *(
+            name
+            for name, logger in known.items()
+            if name.startswith(tuple(f"{root}." for root in LIBRARY_LOGGERS))
+            and isinstance(logger, logging.Logger)
+            and logger.handlers
+        ),
+    }
+    for name in names:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if handler not in (_HANDLER, _ERRORS):
+                logger.removeHandler(handler)
+        if name in LIBRARY_LOGGERS:
+            for handler in (_HANDLER, _ERRORS):
+                if handler not in logger.handlers:
+                    logger.addHandler(handler)
+            logger.propagate = False
+            logger.setLevel(logging.WARNING)
+        else:  # e.g. RLlib's logger: its records go on to Ray's, and so to ours
+            logger.propagate = True
+
+
+def capture_rllib_logs() -> None:
+    """:func:`capture_library_logs` for commands that load a policy without starting Ray:
+    import RLlib first (it adds a console handler when imported), then capture."""
+    import rl_app.rllib.algorithm  # noqa: F401
+
+    capture_library_logs()
+
+
+def write_library_logs(folder: Path) -> Path:
+    """From now on (and what was held so far) the libraries' messages go to ``folder/rl_app.log``."""
+    path = folder / LOG_FILE
+    if _HANDLER.file is None or Path(_HANDLER.file.baseFilename) != path.resolve():
+        file = logging.FileHandler(path, delay=True)
+        file.setFormatter(logging.Formatter(FORMAT))
+        previous, _HANDLER.file = _HANDLER.file, file
+        if previous is not None:
+            previous.close()
+    while _HANDLER.pending:
+        _HANDLER.file.emit(_HANDLER.pending.popleft())
+    return path
+
+
+def library_log_note(folder: Path) -> str | None:
+    """Where the libraries' messages of this command went, when there were any."""
+    path = folder / LOG_FILE
+    if _HANDLER.file is not None:
+        _HANDLER.file.flush()
+    if path.is_file() and path.stat().st_size > 0:
+        return f"Ray's and RLlib's own messages: {path} (--verbose shows them here)"
+    return None
