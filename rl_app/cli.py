@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--force-config", action="store_true", help="resume even if the config differs from the run's"
     )
     train.add_argument("--init-from", metavar="CHECKPOINT", help="start from another run's policy weights")
+    _add_version_mismatch(train)
     train.add_argument("--storage", metavar="URI", help="mirror the run folder here (path, s3://, gs://)")
     train.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     _add_runs_dir(train)
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--explore", action="store_true", help="sample actions instead of greedy")
     evaluate.add_argument("--seed", type=int, default=1000, help="seed of the first episode")
     evaluate.add_argument("--verbose", action="store_true", help="show Ray's, RLlib's and torch's own logs")
+    _add_version_mismatch(evaluate)
     _add_runs_dir(evaluate)
 
     export = commands.add_parser("export", help="write the policy as TorchScript or ONNX")
@@ -138,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("torchscript", "onnx"), default="torchscript")
     export.add_argument("--out", type=Path, help="output folder (default: RUN/export)")
     export.add_argument("--verbose", action="store_true", help="show RLlib's and torch's own logs")
+    _add_version_mismatch(export)
     _add_runs_dir(export)
     return parser
 
@@ -150,6 +153,14 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})")
     return value
+
+
+def _add_version_mismatch(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-version-mismatch",
+        action="store_true",
+        help="load a checkpoint written with another Ray version anyway (RLlib may fail to restore it)",
+    )
 
 
 def _add_job_target(parser: argparse.ArgumentParser) -> None:
@@ -189,6 +200,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         args.overrides,
         resume=args.resume,
         force_config=args.force_config,
+        allow_version_mismatch=args.allow_version_mismatch,
         init_from=args.init_from,
         storage=args.storage,
         address=args.address,
@@ -288,6 +300,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         seed=args.seed,
         runs_root=args.runs_dir,
         verbose=args.verbose,
+        allow_version_mismatch=args.allow_version_mismatch,
     )
     return 0
 
@@ -295,7 +308,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from rl_app.policy.export import export_policy
 
-    export_policy(args.run, args.format, args.out, runs_root=args.runs_dir, verbose=args.verbose)
+    export_policy(
+        args.run,
+        args.format,
+        args.out,
+        runs_root=args.runs_dir,
+        verbose=args.verbose,
+        allow_version_mismatch=args.allow_version_mismatch,
+    )
     return 0
 
 

@@ -158,6 +158,39 @@ CASES = {
     ),
     "sweep without a sweep section": (None, ["sweep", "good"], ["good.yaml: has no sweep section"]),
     "sweep resume of nothing": (None, ["sweep", "--resume", "nowhere"], ["sweep 'nowhere' does not exist"]),
+    "duplicate key": (
+        GOOD.replace("training: {lr: 0.001}", "training:\n  lr: 0.001\n  gamma: 0.9\n  lr: 0.01"),
+        ["show", "bad"],
+        ["bad.yaml: duplicate key 'lr' at lines 4 and 6"],
+    ),
+    "duplicate section": (
+        GOOD + "stop: {iterations: 3}\n",
+        ["show", "bad"],
+        ["duplicate key 'stop' at lines 4 and 5"],
+    ),
+    "extends outside the folder": (
+        "extends: ../../somewhere/else\n" + GOOD,
+        ["show", "bad"],
+        ["bad.yaml: extends: must name an experiment in", "extends cannot reach other folders"],
+    ),
+    "alias bomb": (
+        GOOD
+        + "description: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"d{i}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(6)),
+        ["show", "bad"],
+        ["bad.yaml: aliases expand to more than 10,000 values (an alias bomb?)"],
+    ),
+    "alias bomb in --set": (
+        GOOD,
+        [
+            "show",
+            "bad",
+            "--set",
+            "description=[&a [x, x, x, x, x, x, x, x, x, x, x], " + "*a, " * 999 + "*a]",
+        ],
+        ["--set description=", "aliases expand to more than 10,000 values"],
+    ),
+    "runs json of nothing": (None, ["runs", "--json", "--runs-dir", "nowhere"], ["runs folder 'nowhere'"]),
 }
 
 
@@ -179,6 +212,17 @@ def test_user_error_is_one_line_exit_2(
     for fragment in fragments:
         assert fragment in err, f"{fragment!r} not in {err!r}"
     assert sorted(p.name for p in experiments.iterdir()) == before
+
+
+def test_a_folder_named_like_an_experiment_file_is_named_as_a_folder(
+    experiments: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (experiments / "x.yaml").mkdir()
+    assert main(["show", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "x.yaml' is a directory, not an experiment file" in err and "did you mean" not in err
+    assert main(["show", str(experiments / "x.yaml")]) == 2
+    assert "is a directory, not a YAML file" in capsys.readouterr().err
 
 
 def test_real_process_prints_no_traceback(experiments: Path) -> None:

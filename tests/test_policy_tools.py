@@ -238,3 +238,36 @@ def test_evaluate_says_what_to_do_with_folders_that_are_not_a_finished_run(
     every = __import__("yaml").safe_load((running / "experiment.yaml").read_text())["checkpoint"]["every"]
     with pytest.raises(UserError, match=rf"still running .* first comes at iteration {every}"):
         evaluate(str(running))
+
+
+def test_a_checkpoint_of_another_ray_version_is_refused_before_anything_is_touched(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    from rl_app.policy.evaluate import evaluate
+    from rl_app.policy.export import export_policy
+    from rl_app.runs.checkpoints import MARKER
+    from rl_app.training.run import train
+
+    run_dir = tmp_path / "ppo_cartpole" / "old"
+    shutil.copytree(runs["ppo_cartpole"], run_dir)
+    marker = list_checkpoints(run_dir)[-1] / MARKER
+    stamp = json.loads(marker.read_text())
+    assert stamp["versions"]["ray"] == "2.60.0" and {"torch", "gymnasium", "rl_app"} <= set(stamp["versions"])
+    stamp["versions"]["ray"] = "2.59.0"
+    marker.write_text(json.dumps(stamp))
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    refusal = r"written with Ray 2\.59\.0, this is Ray 2\.60\.0; .*--allow-version-mismatch"
+    for attempt in (
+        lambda: evaluate(str(run_dir), episodes=1),
+        lambda: export_policy(str(run_dir), "onnx"),
+        lambda: train(None, ["stop.iterations=3"], resume=str(run_dir), runs_root=tmp_path),
+        lambda: train("ppo_cartpole", ["stop.iterations=1"], init_from=str(run_dir), runs_root=tmp_path),
+    ):
+        with pytest.raises(UserError, match=refusal):
+            attempt()
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    assert [p.name for p in (tmp_path / "ppo_cartpole").iterdir()] == ["old"]
+    report = evaluate(str(run_dir), episodes=1, allow_version_mismatch=True)
+    assert report["episodes"] == 1

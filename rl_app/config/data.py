@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from rl_app.config.yaml_safe import RefusedYAML, safe_load_experiment
 from rl_app.errors import ConfigError
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -30,7 +31,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not OVERRIDE_KEY.match(key):
         raise ConfigError(f"--set {text}", "must be KEY=VALUE with a dotted key, e.g. training.lr=3e-4")
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
+        value = safe_load_experiment(value_text) if value_text.strip() else None
+    except RefusedYAML as exc:
+        raise ConfigError(f"--set {text}", str(exc)) from None
     except yaml.YAMLError:
         raise ConfigError(f"--set {text}", "value is not valid YAML") from None
     return key, _yaml11_number(value)

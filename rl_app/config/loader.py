@@ -15,6 +15,7 @@ from rl_app.config.data import apply_overrides, deep_merge
 from rl_app.config.schema import ExperimentConfig
 from rl_app.config.sweep import check_sweep
 from rl_app.config.validate import source_of, validate_schema
+from rl_app.config.yaml_safe import RefusedYAML, safe_load_experiment
 from rl_app.errors import ConfigError, UserError
 
 EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -48,7 +49,7 @@ def experiments_dir() -> Path:
 def available_experiments(directory: Path | None = None) -> list[str]:
     """Names of the experiments in ``directory`` (default: :func:`experiments_dir`)."""
     directory = directory or experiments_dir()
-    return sorted(p.stem for p in directory.glob("*.yaml"))
+    return sorted(p.stem for p in directory.glob("*.yaml") if p.is_file())
 
 
 def display_path(path: Path) -> str:
@@ -67,6 +68,8 @@ def experiment_path(name: str, directory: Path | None = None) -> Path:
     """The YAML file of experiment ``name`` (a name from the folder, or a path to a .yaml file)."""
     if directory is None and is_experiment_file(name):
         path = Path(name)
+        if path.is_dir():
+            raise UserError(f"experiment file '{name}' is a directory, not a YAML file")
         if not path.is_file():
             raise UserError(f"experiment file '{name}' does not exist")
         return path
@@ -79,6 +82,10 @@ def experiment_path(name: str, directory: Path | None = None) -> Path:
             f"(available: {listing}) or the path of a .yaml file"
         )
     path = directory / f"{name}.yaml"
+    if path.is_dir():
+        raise UserError(
+            f"'{display_path(path)}' is a directory, not an experiment file (experiment '{name}')"
+        )
     if not path.is_file():
         close = difflib.get_close_matches(name, available, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
@@ -89,12 +96,16 @@ def experiment_path(name: str, directory: Path | None = None) -> Path:
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping with the safe loader; errors name the file and line."""
     source = display_path(path)
+    if path.is_dir():
+        raise ConfigError(source, "is a directory, not an experiment file")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(source, f"cannot read file ({exc.strerror or exc})") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load_experiment(text)
+    except RefusedYAML as exc:
+        raise ConfigError(source, str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -115,6 +126,13 @@ def read_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]
         return data
     if not isinstance(parent, str):
         raise ConfigError(display_path(path), "must be an experiment name", key="extends")
+    if not EXPERIMENT_NAME.match(parent) or ".." in parent:
+        raise ConfigError(
+            display_path(path),
+            f"must name an experiment in {display_path(path.parent)}/ (got '{parent}'; "
+            "extends cannot reach other folders)",
+            key="extends",
+        )
     parent_path = experiment_path(parent, path.parent)
     if parent_path.resolve() in seen or parent_path.resolve() == path.resolve():
         raise ConfigError(display_path(path), f"circular extends via '{parent}'", key="extends")

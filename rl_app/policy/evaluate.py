@@ -14,7 +14,7 @@ from rich.console import Console
 
 from rl_app.config import EnvSection
 from rl_app.console.tables import output_console
-from rl_app.runs.checkpoints import read_info
+from rl_app.runs.checkpoints import check_ray_version, read_info
 from rl_app.runs.files import write_json
 from rl_app.runs.layout import checkpoint_experiment, is_run_dir
 from rl_app.runs.remote import locate_checkpoint
@@ -108,6 +108,7 @@ def evaluate(
     seed: int = 1000,
     runs_root: Path = Path("runs"),
     verbose: bool = False,
+    allow_version_mismatch: bool = False,
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Evaluate the policy at ``location``; print and return the statistics, write ``eval.json``."""
@@ -119,6 +120,7 @@ def evaluate(
     console = console or output_console()
     checkpoint = locate_checkpoint(location, runs_root)
     info = read_info(checkpoint)
+    check_ray_version(checkpoint, info, allow_version_mismatch)
     env_spec = _env_of(checkpoint, info.env)
     run_dir = checkpoint.parent.parent
     out_dir = run_dir if is_run_dir(run_dir) else checkpoint

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from rl_app.console.tables import output_console
 from rl_app.errors import UserError
-from rl_app.runs.checkpoints import read_info
+from rl_app.runs.checkpoints import check_ray_version, read_info
 from rl_app.runs.files import write_json
 from rl_app.runs.remote import locate_checkpoint
 
@@ -46,6 +46,7 @@ def export_policy(
     *,
     runs_root: Path = Path("runs"),
     verbose: bool = False,
+    allow_version_mismatch: bool = False,
     console: Console | None = None,
 ) -> Path:
     """Write ``policy.pt`` or ``policy.onnx`` and ``policy.json`` (spaces, algorithm, source)."""
@@ -61,6 +62,7 @@ def export_policy(
     console = console or output_console()
     checkpoint = locate_checkpoint(location, runs_root)
     info = read_info(checkpoint)
+    check_ray_version(checkpoint, info, allow_version_mismatch)
     out_dir = out_dir or checkpoint.parent.parent / "export"
     target = out_dir / FILENAMES[fmt]
     policy = load_policy(checkpoint)

@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rl_app.errors import UserError
@@ -40,6 +40,8 @@ class CheckpointInfo:
     env: str
     experiment: str
     replay_buffer: bool
+    # ray, torch, gymnasium and rl_app as installed when it was written (empty in older markers)
+    versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -48,6 +50,33 @@ class CheckpointInfo:
             if value is not None and math.isfinite(value):
                 return value
         return -math.inf
+
+
+STAMPED_PACKAGES = ("ray", "torch", "gymnasium", "rl_app")
+
+
+def installed_versions() -> dict[str, str]:
+    """The versions a checkpoint written now is stamped with."""
+    from importlib import metadata
+
+    found = {}
+    for name in STAMPED_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def check_ray_version(checkpoint: Path, info: CheckpointInfo, allow_mismatch: bool = False) -> None:
+    """Refuse a checkpoint written by another Ray: RLlib restores only on the version that wrote it."""
+    written, installed = info.versions.get("ray"), installed_versions().get("ray")
+    if written and installed and written != installed and not allow_mismatch:
+        raise CheckpointError(
+            f"checkpoint '{checkpoint}' was written with Ray {written}, this is Ray {installed}; "
+            "RLlib restores checkpoints only on the Ray version that wrote them "
+            "(--allow-version-mismatch to try anyway)"
+        )
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
@@ -63,7 +92,7 @@ def read_info(checkpoint: Path) -> CheckpointInfo:
     marker = checkpoint / MARKER
     try:
         data = json.loads(marker.read_text())
-        return CheckpointInfo(**{k: data[k] for k in CheckpointInfo.__dataclass_fields__})
+        return CheckpointInfo(**{k: data[k] for k in CheckpointInfo.__dataclass_fields__ if k in data})
     except FileNotFoundError:
         raise CheckpointError(
             f"checkpoint '{checkpoint}' is incomplete or not an rl_app checkpoint (no {MARKER})"

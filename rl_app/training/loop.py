@@ -19,7 +19,7 @@ from rl_app.config import ExperimentConfig
 from rl_app.config.schema import StopSection
 from rl_app.rllib.algorithm import reseed_env_runners, restore_algorithm, save_algorithm
 from rl_app.rllib.results import evaluation_return, metrics_from_result
-from rl_app.runs.checkpoints import CheckpointInfo, read_info, write_marker
+from rl_app.runs.checkpoints import CheckpointInfo, installed_versions, read_info, write_marker
 from rl_app.runs.progress import IterationMetrics
 
 if TYPE_CHECKING:
@@ -107,6 +107,7 @@ class TrainingLoop:
             env=self.experiment.env.id,
             experiment=self.name,
             replay_buffer=self.experiment.checkpoint.replay_buffer,
+            versions=installed_versions(),
         )
         save_algorithm(self.algo, folder, replay_buffer=info.replay_buffer)
         with (folder / LOOP_STATE).open("wb") as handle:

@@ -11,7 +11,7 @@ from rl_app.config import ExperimentConfig, load_experiment, validate_experiment
 from rl_app.config.data import apply_overrides
 from rl_app.config.loader import read_yaml
 from rl_app.errors import UserError
-from rl_app.runs.checkpoints import CheckpointError, latest_checkpoint, read_info
+from rl_app.runs.checkpoints import CheckpointError, check_ray_version, latest_checkpoint, read_info
 from rl_app.runs.files import read_json
 from rl_app.runs.layout import EXPERIMENT_FILE, experiment_dict
 from rl_app.runs.remote import StorageFolder, locate_checkpoint, open_run
@@ -50,7 +50,12 @@ class Plan:
 
 
 def plan_resume(
-    location: str, name: str | None, overrides: tuple[str, ...], force_config: bool, runs_root: Path
+    location: str,
+    name: str | None,
+    overrides: tuple[str, ...],
+    force_config: bool,
+    runs_root: Path,
+    allow_version_mismatch: bool = False,
 ) -> Plan:
     """Check that run ``location`` can be resumed with this config; refuse silent config changes."""
     run_dir, mirror = open_run(location, runs_root)
@@ -62,6 +67,7 @@ def plan_resume(
     if checkpoint is None:
         raise CheckpointError(f"run '{location}' has no complete checkpoint to resume from")
     info = read_info(checkpoint)
+    check_ray_version(checkpoint, info, allow_version_mismatch)
     run_name = str(meta.get("experiment", run_dir.parent.name))
     if name is not None:
         loaded = load_experiment(name, overrides)
@@ -93,7 +99,13 @@ def plan_resume(
     )
 
 
-def plan_new_run(name: str, overrides: tuple[str, ...], init_from: str | None, runs_root: Path) -> Plan:
+def plan_new_run(
+    name: str,
+    overrides: tuple[str, ...],
+    init_from: str | None,
+    runs_root: Path,
+    allow_version_mismatch: bool = False,
+) -> Plan:
     """Load and check the experiment (and the ``--init-from`` checkpoint) of a new run."""
     loaded = load_experiment(name, overrides)
     experiment = loaded.config
@@ -101,6 +113,7 @@ def plan_new_run(name: str, overrides: tuple[str, ...], init_from: str | None, r
     if init_from is not None:
         checkpoint = locate_checkpoint(init_from, runs_root)
         info = read_info(checkpoint)
+        check_ray_version(checkpoint, info, allow_version_mismatch)
         if (info.algorithm, info.env) != (experiment.algorithm, experiment.env.id):
             raise CheckpointError(
                 f"--init-from {init_from}: checkpoint is {info.algorithm} on {info.env}, "

@@ -168,6 +168,7 @@ def train(
     *,
     resume: str | None = None,
     force_config: bool = False,
+    allow_version_mismatch: bool = False,
     init_from: str | None = None,
     storage: str | None = None,
     address: str | None = None,
@@ -187,11 +188,11 @@ def train(
     if storage:
         overrides = (*overrides, f"storage={storage}")
     if resume is not None:
-        plan = plan_resume(resume, name, overrides, force_config, runs_root)
+        plan = plan_resume(resume, name, overrides, force_config, runs_root, allow_version_mismatch)
     elif name is None:
         raise UserError("train needs an experiment name, or --resume RUN")
     else:
-        plan = plan_new_run(name, overrides, init_from, runs_root)
+        plan = plan_new_run(name, overrides, init_from, runs_root, allow_version_mismatch)
     experiment = plan.experiment
     storage_handle = open_storage(experiment.storage) if experiment.storage and plan.mirror is None else None
 
