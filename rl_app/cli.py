@@ -341,6 +341,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"rl_app: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("rl_app: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"rl_app: interrupted{f' ({exc})' if str(exc) else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED

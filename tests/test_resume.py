@@ -294,3 +294,36 @@ def test_a_restored_sweep_trial_reseeds_like_a_resumed_run(
         assert result[key] == int(resumed[key]), key
     for key in ("return_mean", "return_min", "return_max", "episode_len_mean"):
         assert result[key] == pytest.approx(float(resumed[key])), key
+
+
+def test_a_checkpoint_the_disk_refuses_stops_the_run_in_one_line_and_keeps_the_last_complete_one(
+    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import rl_app.training.loop as loop_module
+
+    real_save = loop_module.save_algorithm
+    saves: list[Path] = []
+
+    def disk_full_at_the_third(algo, folder: Path, replay_buffer: bool) -> None:  # type: ignore[no-untyped-def]
+        saves.append(folder)
+        real_save(algo, folder, replay_buffer)
+        if len(saves) == 3:  # RLlib's files are half there when the disk fills
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setenv("RL_APP_EXPERIMENTS_DIR", str(REPO / "experiments"))
+    monkeypatch.setattr(loop_module, "save_algorithm", disk_full_at_the_third)
+    overrides = [*SMALL_PPO, "stop.iterations=5", "checkpoint.every=1"]
+    with pytest.raises(
+        UserError, match=r"cannot write checkpoint iter_000003 .*No space left on device"
+    ) as err:
+        train("ppo_cartpole", overrides, runs_root=tmp_path)
+    assert "the latest complete checkpoint, iter_000002, is kept and resumable" in str(err.value)
+    (run_dir,) = (tmp_path / "ppo_cartpole").iterdir()
+    assert [p.name for p in list_checkpoints(run_dir)] == ["iter_000001", "iter_000002"]
+    assert not list((run_dir / "checkpoints").glob(".partial-*"))
+    assert iterations(run_dir) == [1, 2, 3]  # progress.csv kept every iteration trained
+    monkeypatch.setattr(loop_module, "save_algorithm", real_save)  # room on the disk again
+    resumed = train(None, ["stop.iterations=4"], resume=str(run_dir), runs_root=tmp_path)
+    assert resumed.status == "finished" and iterations(run_dir) == [1, 2, 3, 4]

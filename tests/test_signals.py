@@ -46,3 +46,39 @@ def test_interrupt_writes_final_checkpoint(signum: int, tmp_path: Path) -> None:
     assert summary["status"] == "interrupted"
     assert summary["last_checkpoint"] and Path(summary["last_checkpoint"]).is_dir()
     assert "Traceback" not in output
+
+
+@pytest.mark.ray
+def test_a_second_interrupt_stops_at_once_and_the_run_still_resumes(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
+        "--set", "stop.timesteps=100000000", "--set", "checkpoint.every=1",
+        "--set", "training.train_batch_size_per_learner=500", "--set", "training.minibatch_size=100",
+    ]  # fmt: skip
+    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        progress: list[Path] = []
+        while time.monotonic() < deadline:
+            progress = list(tmp_path.glob("ppo_cartpole/*/progress.csv"))
+            if progress and len(progress[0].read_text().splitlines()) >= 3:
+                break
+            assert process.poll() is None, process.communicate()[0]
+            time.sleep(0.2)
+        assert progress, "training never reported an iteration"
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.05)  # the first is being handled (final checkpoint) when the second comes
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, output
+    assert "Traceback" not in output, output
+    resume = ["train", "--resume", str(progress[0].parent), "--set", "stop.iterations=1"]
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rl_app", *resume], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "Resumed from iter_" in resumed.stdout

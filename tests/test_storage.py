@@ -169,3 +169,59 @@ def test_unknown_scheme_is_refused_before_anything_is_written(
 def test_local_storage_path_mirrors_the_run(tmp_path: Path) -> None:
     storage = open_storage(str(tmp_path / "mirror"))
     assert storage.is_local and storage.root == str((tmp_path / "mirror").resolve())
+
+
+@pytest.mark.ray
+def test_storage_outage_mid_run_training_goes_on_and_the_copy_catches_up(
+    aws: dict[str, str], ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The S3 endpoint goes away after two checkpoints and comes back three checkpoints later."""
+    import io
+
+    from moto.server import ThreadedMotoServer
+    from rich.console import Console
+
+    from rl_app.cluster.head import free_port
+    from rl_app.runs.checkpoints import list_checkpoints
+    from rl_app.runs.remote import RunMirror
+
+    port = free_port()
+    servers = [ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)]
+    servers[0].start()  # the same in-process S3 (bucket, keys) on an endpoint this test can stop
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    real_sync = RunMirror.sync
+    syncs: list[bool] = []
+
+    def sync_through_an_outage(self: RunMirror, *names: str, **kwargs: object) -> bool:
+        if len(syncs) == 2:  # before the 3rd checkpoint's upload: the endpoint goes away
+            servers[-1].stop()
+        if len(syncs) == 5:  # before the 6th: it is back
+            servers.append(ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False))
+            servers[-1].start()
+        syncs.append(real_sync(self, *names, **kwargs))  # type: ignore[arg-type]
+        return syncs[-1]
+
+    monkeypatch.setattr(RunMirror, "sync", sync_through_an_outage)
+    output = io.StringIO()
+    overrides = [*SMALL_PPO, "stop.iterations=8", "checkpoint.every=1", "checkpoint.keep=2"]
+    uri = f"s3://{BUCKET}/outage"
+    try:
+        summary = train(
+            "ppo_cartpole",
+            overrides,
+            storage=uri,
+            runs_root=tmp_path / "laptop",
+            console=Console(file=output, width=300),
+        )
+    finally:
+        servers[-1].stop()
+    printed = output.getvalue()
+    assert summary.status == "finished" and summary.iterations == 8, printed
+    assert syncs == [True, True, False, False, False, True, True, True, True], syncs  # 8 checkpoints + end
+    assert printed.count("training goes on locally") == 1, printed
+    assert "caught up after 3 failed syncs" in printed, printed
+    local = [p.name for p in list_checkpoints(summary.run_dir)]
+    assert local[-1] == "iter_000008"
+    # The copy holds exactly what is kept locally: missed uploads made, missed prunes applied.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", aws["AWS_ENDPOINT_URL"])
+    assert list_dirs(open_storage(uri), "ppo_cartpole", summary.run_dir.name, "checkpoints") == local

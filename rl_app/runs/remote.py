@@ -10,6 +10,7 @@ empty disk.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from rl_app.runs.checkpoints import MARKER, is_complete, resolve_checkpoint
 from rl_app.runs.layout import is_run_dir
 from rl_app.runs.storage import (
     Storage,
+    StorageError,
     delete_dir,
     download,
     exists,
@@ -140,3 +142,49 @@ def locate_checkpoint(location: str, runs_root: Path) -> Path:
         run_dir, _ = open_run(location, runs_root)
         return resolve_checkpoint(run_dir)
     return resolve_checkpoint(Path(location))
+
+
+class RunMirror:
+    """Keeps a run's storage copy up to date without ever stopping training for it.
+
+    After each checkpoint it uploads what is new. When the storage fails (an endpoint down,
+    a network blip) it says so once, training goes on locally, and the next sync uploads
+    every checkpoint the copy missed, in order, and applies the prunes it missed. Nothing
+    local is ever deleted because a remote call failed.
+    """
+
+    def __init__(self, folder: StorageFolder, warn: Callable[[str], None]) -> None:
+        self.folder, self.warn = folder, warn
+        self.pending: list[Path] = []  # checkpoints not yet uploaded, oldest first
+        self.pruned: set[str] = set()  # checkpoints pruned locally, maybe still on the storage
+        self.failed_syncs = 0  # since the storage last answered
+
+    def sync(self, *names: str, checkpoint: Path | None = None, pruned: tuple[str, ...] = ()) -> bool:
+        """Upload ``checkpoint`` (and any missed before it), apply prunes, then ``names``; True when
+        the storage copy is complete."""
+        if checkpoint is not None and checkpoint not in self.pending:
+            self.pending.append(checkpoint)
+        self.pruned.update(pruned)
+        self.pending = [p for p in self.pending if p.name not in self.pruned]
+        try:
+            while self.pending:
+                self.folder.push_checkpoint(self.pending[0], [])
+                self.pending.pop(0)
+            for name in sorted(self.pruned):
+                delete_dir(self.folder.storage, *self.folder.parts, "checkpoints", name)
+            self.pruned.clear()
+            self.folder.push(*names)
+        except StorageError as exc:
+            if not self.failed_syncs:
+                self.warn(
+                    f"storage copy at {self.folder.describe()} failed ({exc}); training goes on "
+                    "locally and the copy catches up at the next checkpoint"
+                )
+            self.failed_syncs += 1
+            return False
+        if self.failed_syncs:
+            self.warn(
+                f"storage copy at {self.folder.describe()} caught up after {self.failed_syncs} failed syncs"
+            )
+            self.failed_syncs = 0
+        return True

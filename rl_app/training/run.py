@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -16,7 +17,14 @@ from rich.console import Console
 from rl_app.config import ExperimentConfig
 from rl_app.console.tables import output_console
 from rl_app.errors import UserError, first_line
-from rl_app.runs.checkpoints import latest_checkpoint, read_info, save_checkpoint
+from rl_app.runs.checkpoints import (
+    CheckpointError,
+    checkpoint_name,
+    checkpoints_dir,
+    latest_checkpoint,
+    read_info,
+    save_checkpoint,
+)
 from rl_app.runs.files import write_json
 from rl_app.runs.layout import new_run_dir, write_experiment, write_run_metadata, write_status
 from rl_app.runs.progress import (
@@ -26,7 +34,7 @@ from rl_app.runs.progress import (
     finite_max,
     start_point_from_progress,
 )
-from rl_app.runs.remote import StorageFolder
+from rl_app.runs.remote import RunMirror, StorageFolder
 from rl_app.training.plan import Plan, plan_new_run, plan_resume
 
 if TYPE_CHECKING:
@@ -55,8 +63,15 @@ class Interrupted(Exception):
 
 @contextmanager
 def _interrupts_raise() -> Iterator[None]:
+    """The first SIGINT/SIGTERM stops training after a final checkpoint; a second one stops at once
+    (the half-written checkpoint is never picked up: its marker is missing)."""
+    received: list[str] = []
+
     def handler(signum: int, frame: Any) -> None:
-        raise Interrupted(signal.Signals(signum).name)
+        received.append(signal.Signals(signum).name)
+        if len(received) > 1:
+            raise KeyboardInterrupt(f"{received[-1]} again: stopped without a final checkpoint")
+        raise Interrupted(received[-1])
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -74,7 +89,7 @@ class TrainingRun:
         loop: TrainingLoop,
         run_dir: Path,
         printer: ProgressPrinter,
-        mirror: StorageFolder | None = None,
+        mirror: RunMirror | None = None,
         start: StartPoint | None = None,
     ) -> None:
         self.loop, self.run_dir, self.printer, self.mirror = loop, run_dir, printer, mirror
@@ -86,10 +101,20 @@ class TrainingRun:
 
     def _checkpoint(self) -> Path:
         spec = self.experiment.checkpoint
-        path, pruned = save_checkpoint(self.run_dir, self.loop.iteration, spec.keep, self.loop.save)
+        try:
+            path, pruned = save_checkpoint(self.run_dir, self.loop.iteration, spec.keep, self.loop.save)
+        except OSError as exc:  # a full disk, a folder turned read-only: say so, keep what is complete
+            name = checkpoint_name(self.loop.iteration)
+            shutil.rmtree(checkpoints_dir(self.run_dir) / f".partial-{name}", ignore_errors=True)
+            latest = latest_checkpoint(self.run_dir)
+            raise CheckpointError(
+                f"cannot write checkpoint {name} into {self.run_dir}: {exc.strerror or exc}; "
+                f"the latest complete checkpoint, {latest.name if latest else 'none'}, is kept and resumable"
+            ) from None
         if self.mirror is not None:
-            self.mirror.push_checkpoint(path, pruned)
-            self.mirror.push("progress.csv", "status.json", "tensorboard")
+            self.mirror.sync(
+                "progress.csv", "status.json", "tensorboard", checkpoint=path, pruned=tuple(pruned)
+            )
         return path
 
     def run(self) -> RunSummary:
@@ -151,15 +176,19 @@ class TrainingRun:
     def _finish(self, summary: RunSummary) -> None:
         from rl_app.console.plots import plot_reward_curve
 
-        write_json(self.run_dir / "summary.json", {**asdict(summary), "experiment": self.loop.name})
-        write_status(self.run_dir, summary.status, stop_reason=summary.stop_reason)
-        plot_reward_curve(
-            self.run_dir / "progress.csv",
-            self.run_dir / "reward_curve.png",
-            f"{self.loop.name} ({self.experiment.algorithm} on {self.experiment.env.id})",
-        )
+        try:
+            write_json(self.run_dir / "summary.json", {**asdict(summary), "experiment": self.loop.name})
+            write_status(self.run_dir, summary.status, stop_reason=summary.stop_reason)
+            plot_reward_curve(
+                self.run_dir / "progress.csv",
+                self.run_dir / "reward_curve.png",
+                f"{self.loop.name} ({self.experiment.algorithm} on {self.experiment.env.id})",
+            )
+        except OSError as exc:  # the disk that refused a checkpoint may refuse these too
+            self.printer.console.print(f"[yellow]warning:[/yellow] cannot write the run summary: {exc}")
+            return
         if self.mirror is not None:
-            self.mirror.push("progress.csv", "summary.json", "status.json", "reward_curve.png", "tensorboard")
+            self.mirror.sync("progress.csv", "summary.json", "status.json", "reward_curve.png", "tensorboard")
 
 
 def train(
@@ -242,7 +271,12 @@ def train(
                 warm_start(loop.algo, plan.init_checkpoint)
                 console.print(f"Weights initialised from {plan.init_checkpoint}")
             printer = ProgressPrinter(console, experiment.stop.timesteps, experiment.stop.time_s)
-            summary = TrainingRun(loop, run_dir, printer, mirror, start).run()
+            syncing = (
+                RunMirror(mirror, lambda text: console.print(f"[yellow]warning:[/yellow] {text}"))
+                if mirror
+                else None
+            )
+            summary = TrainingRun(loop, run_dir, printer, syncing, start).run()
         finally:
             loop.algo.stop()
     if plan.resume_checkpoint is not None:
