@@ -38,6 +38,24 @@ def stage(dockerfile: Path, name: str | None) -> list[tuple[str, str]]:
     return next(s for s in stages if s[0][1].endswith(f" AS {name}"))
 
 
+def stage_names(dockerfile: Path) -> list[str]:
+    return [
+        args.rsplit(" AS ", 1)[1]
+        for kind, args in instructions(dockerfile)
+        if kind == "FROM" and " AS " in args
+    ]
+
+
+def sshd_settings(path: Path) -> dict[str, str]:
+    """sshd_config as sshd reads it: keywords case-insensitive, the first value of each wins."""
+    settings: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            keyword, value = line.split(None, 1)
+            settings.setdefault(keyword.lower(), value.strip())
+    return settings
+
+
 def test_there_is_a_cpu_and_a_cuda_image() -> None:
     assert [p.name for p in DOCKERFILES] == ["Dockerfile", "Dockerfile.cuda"]
 
@@ -60,8 +78,11 @@ def test_images_install_from_the_pin_file_and_run_rl_app_as_non_root(dockerfile:
     index = "whl/cpu" if dockerfile.name == "Dockerfile" else "whl/cu"
     assert any(index in args for args in installs)
     final = stage(dockerfile, None)
-    users = [args for kind, args in steps if kind == "USER"]
-    assert users and all(u.isdigit() and int(u) > 0 for u in users)
+    for name in stage_names(dockerfile):  # every target ends as a non-root user
+        users = [args for kind, args in stage(dockerfile, name) if kind == "USER"] or [
+            args for kind, args in stage(dockerfile, "base") if kind == "USER"
+        ]
+        assert users and users[-1].isdigit() and int(users[-1]) > 0, (name, users)
     assert ("ENTRYPOINT", '["rl_app"]') in final
     assert any("rl_app --help" in args for kind, args in steps if kind == "RUN")  # installed and starts
 
@@ -142,3 +163,28 @@ def test_compose_cluster_keeps_the_jobs_api_on_the_hosts_loopback() -> None:
         assert f"ray{RAY_VERSION}" in service["image"]
         assert service["environment"]["RAY_AUTH_MODE"] == "token"
         assert service["shm_size"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_ssh_target_allows_keys_only_no_root_and_makes_host_keys_at_first_start(dockerfile: Path) -> None:
+    ssh = stage(dockerfile, "ssh")
+    copied = next(args for kind, args in ssh if kind == "COPY" and "sshd_config" in args)
+    assert copied.split()[:2] == ["docker/sshd_config", "docker/ssh-entrypoint.sh"]
+    settings = sshd_settings(DOCKER / "sshd_config")
+    assert settings["passwordauthentication"] == "no" and settings["kbdinteractiveauthentication"] == "no"
+    assert settings["permitemptypasswords"] == "no" and settings["pubkeyauthentication"] == "yes"
+    assert settings["permitrootlogin"] == "no" and settings["allowusers"] == "rl"
+    assert settings["authorizedkeysfile"] == "/home/rl/.ssh/authorized_keys"  # mounted at run time
+    # No host key in the image: the package's are deleted, none is generated at build time ...
+    runs = " ".join(args for kind, args in instructions(dockerfile) if kind == "RUN")
+    assert "rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_*" in runs and "ssh-keygen" not in runs
+    # ... the entry point makes the one sshd_config names, at the container's first start.
+    entrypoint = (DOCKER / "ssh-entrypoint.sh").read_text()
+    host_key = settings["hostkey"]
+    folder, name = host_key.rsplit("/", 1)
+    assert (
+        f"keys={folder}" in entrypoint and f'ssh-keygen -q -t ed25519 -N "" -f "$keys/{name}"' in entrypoint
+    )
+    assert ("ENTRYPOINT", '["/opt/rl_app/docker/ssh-entrypoint.sh"]') in ssh and ("EXPOSE", "2222") in ssh
+    assert (DOCKER / "ssh-entrypoint.sh").stat().st_mode & 0o111
+    assert stage(dockerfile, None)[0][1].endswith(" AS runtime")  # plain `docker build` is still rl_app
