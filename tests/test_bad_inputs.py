@@ -190,6 +190,44 @@ CASES = {
         ],
         ["--set description=", "aliases expand to more than 10,000 values"],
     ),
+    "env class missing": (
+        GOOD.replace("env: CartPole-v1", "env: broken_envs:NoSuchEnv"),
+        ["train", "bad"],
+        ["env.id", "module 'broken_envs' has no class 'NoSuchEnv'"],
+    ),
+    "env module missing": (
+        GOOD.replace("env: CartPole-v1", "env: no_such_module:Env"),
+        ["train", "bad"],
+        ["env.id", "cannot import module 'no_such_module'"],
+    ),
+    "env constructor raising": (
+        GOOD.replace("env: CartPole-v1", "env: {id: 'broken_envs:RaisesInConstructor', config: {level: 7}}"),
+        ["train", "bad"],
+        [
+            "bad.yaml: env: 'broken_envs:RaisesInConstructor'",
+            "cannot be created: RuntimeError: no such level: 7",
+        ],
+    ),
+    "env space RLlib cannot take": (
+        GOOD.replace("env: CartPole-v1", "env: broken_envs:TextObservations"),
+        ["train", "bad"],
+        ["'broken_envs:TextObservations' its observation space Text(", "allowed: Box, Discrete"],
+    ),
+    "env reset of the wrong shape": (
+        GOOD.replace("env: CartPole-v1", "env: broken_envs:WrongShape"),
+        ["train", "bad"],
+        ["reset() returned an observation (shape (5,), dtype float32) outside its observation space"],
+    ),
+    "env reward not a number": (
+        GOOD.replace("env: CartPole-v1", "env: broken_envs:StringReward"),
+        ["train", "bad"],
+        ["step() returned a reward of type str (expected a number)"],
+    ),
+    "env step of four": (
+        GOOD.replace("env: CartPole-v1", "env: broken_envs:FourTuple"),
+        ["train", "bad"],
+        ["step() must return (observation, reward, terminated, truncated, info)"],
+    ),
     "runs json of nothing": (None, ["runs", "--json", "--runs-dir", "nowhere"], ["runs folder 'nowhere'"]),
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 from collections.abc import Callable, Mapping
@@ -60,3 +61,63 @@ def env_creator(env: EnvSection) -> Callable[[Mapping[str, Any]], Any]:
     It holds the section as plain data, so it pickles to remote env runners.
     """
     return functools.partial(_create, env.model_dump(mode="json"))
+
+
+# The spaces RLlib's default models, our evaluation and our export all take.
+SUPPORTED_SPACES = ("Box", "Discrete")
+
+
+def check_env(env: EnvSection) -> None:
+    """Build the env once, reset it and take one step: ValueError naming the cause if any part
+    fails (the constructor raises, a space RLlib's default models cannot take, reset or step
+    returning what the spaces do not allow). Runs before Ray starts or anything is written."""
+    import gymnasium
+    import numpy as np
+
+    try:
+        instance = make_env(env)
+    except Exception as exc:
+        raise ValueError(f"cannot be created: {type(exc).__name__}: {_first_line(exc)}") from None
+    try:
+        for role, space in (("observation", instance.observation_space), ("action", instance.action_space)):
+            if not isinstance(space, (gymnasium.spaces.Box, gymnasium.spaces.Discrete)):
+                raise ValueError(
+                    f"its {role} space {space} is not one RLlib's default models take "
+                    f"(allowed: {', '.join(SUPPORTED_SPACES)})"
+                )
+        try:
+            obs, _ = instance.reset(seed=0)
+        except Exception as exc:
+            raise ValueError(f"reset() raised {type(exc).__name__}: {_first_line(exc)}") from None
+        _check_observation("reset()", obs, instance.observation_space)
+        instance.action_space.seed(0)
+        try:
+            result = instance.step(instance.action_space.sample())
+        except Exception as exc:
+            raise ValueError(f"step() raised {type(exc).__name__}: {_first_line(exc)}") from None
+        if not isinstance(result, tuple) or len(result) != 5:
+            raise ValueError("step() must return (observation, reward, terminated, truncated, info)")
+        _check_observation("step()", result[0], instance.observation_space)
+        if not isinstance(result[1], int | float | np.number) or isinstance(result[1], bool):
+            raise ValueError(
+                f"step() returned a reward of type {type(result[1]).__name__} (expected a number)"
+            )
+    finally:
+        with contextlib.suppress(Exception):  # closing is best effort: the check has said what it found
+            instance.close()
+
+
+def _check_observation(where: str, obs: Any, space: Any) -> None:
+    if not space.contains(obs):
+        shape = getattr(obs, "shape", None)
+        dtype = getattr(obs, "dtype", type(obs).__name__)
+        raise ValueError(
+            f"{where} returned an observation (shape {shape}, dtype {dtype}) "
+            f"outside its observation space {space}"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    from rl_app.errors import first_line
+
+    return first_line(exc, default="no details")[:300]

@@ -10,7 +10,7 @@ from typing import Any
 from rl_app.config import ExperimentConfig, load_experiment, validate_experiment
 from rl_app.config.data import apply_overrides
 from rl_app.config.loader import read_yaml
-from rl_app.errors import UserError
+from rl_app.errors import ConfigError, UserError
 from rl_app.runs.checkpoints import CheckpointError, check_ray_version, latest_checkpoint, read_info
 from rl_app.runs.files import read_json
 from rl_app.runs.layout import EXPERIMENT_FILE, experiment_dict
@@ -47,6 +47,17 @@ class Plan:
     mirror: StorageFolder | None = None
     resume_checkpoint: Path | None = None
     init_checkpoint: Path | None = None
+
+
+def check_experiment_env(experiment: ExperimentConfig, source: str) -> None:
+    """Make the experiment's env once (reset, one step): a broken env is one line here, before Ray
+    starts or anything is written, not a traceback from a remote env runner."""
+    from rl_app.envs import check_env
+
+    try:
+        check_env(experiment.env)
+    except ValueError as exc:
+        raise ConfigError(source, f"'{experiment.env.id}' {exc}", key="env") from None
 
 
 def plan_resume(
@@ -87,6 +98,7 @@ def plan_resume(
             f"run '{location}' was trained with a different config ({'; '.join(changed[:3])}"
             f"{'; ...' if len(changed) > 3 else ''}); pass --force-config to resume with the new one"
         )
+    check_experiment_env(candidate, source)
     return Plan(
         name=name or run_name,
         experiment=candidate,
@@ -109,6 +121,7 @@ def plan_new_run(
     """Load and check the experiment (and the ``--init-from`` checkpoint) of a new run."""
     loaded = load_experiment(name, overrides)
     experiment = loaded.config
+    check_experiment_env(experiment, loaded.source)
     plan = Plan(loaded.name, experiment, loaded.source, loaded.path, loaded.overrides)
     if init_from is not None:
         checkpoint = locate_checkpoint(init_from, runs_root)
