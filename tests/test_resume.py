@@ -327,3 +327,33 @@ def test_a_checkpoint_the_disk_refuses_stops_the_run_in_one_line_and_keeps_the_l
     monkeypatch.setattr(loop_module, "save_algorithm", real_save)  # room on the disk again
     resumed = train(None, ["stop.iterations=4"], resume=str(run_dir), runs_root=tmp_path)
     assert resumed.status == "finished" and iterations(run_dir) == [1, 2, 3, 4]
+
+
+def test_a_resumed_sweep_trial_whose_named_checkpoint_was_pruned_continues_from_its_newest(
+    finished_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tune's sweep state (saved every 2 s) can name a checkpoint its retention deleted just after;
+    a sweep resumed after kill -9 must continue that trial, not fail it."""
+    import yaml
+    from ray import tune
+    from ray.train._internal.session import _TrainingResult
+
+    from rl_app.cluster.resources import plan_resources
+    from rl_app.config import validate_experiment
+    from rl_app.training.trial import ExperimentTrial
+
+    trial_dir = tmp_path / "trial_0001"
+    shutil.copytree(list_checkpoints(finished_run)[-1], trial_dir / "checkpoint_000002")
+    (trial_dir / "checkpoint_000003").mkdir()  # half-written: no marker
+    data = yaml.safe_load((finished_run / "experiment.yaml").read_text())
+    plan = plan_resources(validate_experiment(data, "experiment.yaml"), 2, 0)
+    monkeypatch.setattr("ray.tune.trainable.trainable.DEFAULT_STORAGE_PATH", str(tmp_path / "tune"))
+    trial = tune.with_parameters(ExperimentTrial, experiment=data, name="ppo_cartpole", plan=plan)(config={})
+    try:
+        pruned = tune.Checkpoint.from_directory(str(trial_dir / "checkpoint_000004"))  # gone
+        trial.restore(_TrainingResult(checkpoint=pruned, metrics={"training_iteration": 4}))
+        assert trial.iteration == trial.loop.iteration == 2
+        result = trial.train()
+        assert result["training_iteration"] == trial.loop.iteration == 3
+    finally:
+        trial.stop()

@@ -15,33 +15,38 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.ray
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_writes_final_checkpoint(signum: int, tmp_path: Path) -> None:
+def start_training(tmp_path: Path, checkpoint_every: int) -> tuple[subprocess.Popen[str], Path]:
+    """`rl_app train` in its own process, returned once its run folder has two iterations."""
     command = [
         sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
-        "--set", "stop.timesteps=100000000", "--set", "checkpoint.every=1000",
+        "--set", "stop.timesteps=100000000", "--set", f"checkpoint.every={checkpoint_every}",
         "--set", "training.train_batch_size_per_learner=500", "--set", "training.minibatch_size=100",
     ]  # fmt: skip
     env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        progress = list(tmp_path.glob("ppo_cartpole/*/progress.csv"))
+        if progress and len(progress[0].read_text().splitlines()) >= 3:
+            return process, progress[0].parent
+        if process.poll() is not None:
+            raise AssertionError(process.communicate()[0])
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError("training never reported an iteration")
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_writes_final_checkpoint(signum: int, tmp_path: Path) -> None:
+    process, run_dir = start_training(tmp_path, checkpoint_every=1000)
     try:
-        deadline = time.monotonic() + 180
-        progress: list[Path] = []
-        while time.monotonic() < deadline:
-            progress = list(tmp_path.glob("ppo_cartpole/*/progress.csv"))
-            if progress and len(progress[0].read_text().splitlines()) >= 3:
-                break
-            assert process.poll() is None, process.communicate()[0]
-            time.sleep(0.5)
-        assert progress, "training never reported an iteration"
         process.send_signal(signum)
         output, _ = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, output
-    run_dir = progress[0].parent
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted"
     assert summary["last_checkpoint"] and Path(summary["last_checkpoint"]).is_dir()
@@ -50,23 +55,8 @@ def test_interrupt_writes_final_checkpoint(signum: int, tmp_path: Path) -> None:
 
 @pytest.mark.ray
 def test_a_second_interrupt_stops_at_once_and_the_run_still_resumes(tmp_path: Path) -> None:
-    command = [
-        sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
-        "--set", "stop.timesteps=100000000", "--set", "checkpoint.every=1",
-        "--set", "training.train_batch_size_per_learner=500", "--set", "training.minibatch_size=100",
-    ]  # fmt: skip
-    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process, run_dir = start_training(tmp_path, checkpoint_every=1)
     try:
-        deadline = time.monotonic() + 180
-        progress: list[Path] = []
-        while time.monotonic() < deadline:
-            progress = list(tmp_path.glob("ppo_cartpole/*/progress.csv"))
-            if progress and len(progress[0].read_text().splitlines()) >= 3:
-                break
-            assert process.poll() is None, process.communicate()[0]
-            time.sleep(0.2)
-        assert progress, "training never reported an iteration"
         process.send_signal(signal.SIGINT)
         time.sleep(0.05)  # the first is being handled (final checkpoint) when the second comes
         process.send_signal(signal.SIGINT)
@@ -76,7 +66,8 @@ def test_a_second_interrupt_stops_at_once_and_the_run_still_resumes(tmp_path: Pa
             process.kill()
     assert process.returncode == 130, output
     assert "Traceback" not in output, output
-    resume = ["train", "--resume", str(progress[0].parent), "--set", "stop.iterations=1"]
+    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+    resume = ["train", "--resume", str(run_dir), "--set", "stop.iterations=1"]
     resumed = subprocess.run(
         [sys.executable, "-m", "rl_app", *resume], env=env, capture_output=True, text=True, timeout=300
     )

@@ -12,9 +12,8 @@ from rich.console import Console
 
 from rl_app.console.tables import output_console
 from rl_app.errors import UserError
-from rl_app.runs.checkpoints import check_ray_version, read_info
 from rl_app.runs.files import write_json
-from rl_app.runs.remote import locate_checkpoint
+from rl_app.runs.remote import open_checkpoint
 
 FILENAMES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 
@@ -60,9 +59,7 @@ def export_policy(
     if not verbose:
         capture_rllib_logs()
     console = console or output_console()
-    checkpoint = locate_checkpoint(location, runs_root)
-    info = read_info(checkpoint)
-    check_ray_version(checkpoint, info, allow_version_mismatch)
+    checkpoint, info = open_checkpoint(location, runs_root, allow_version_mismatch)
     out_dir = out_dir or checkpoint.parent.parent / "export"
     target = out_dir / FILENAMES[fmt]
     policy = load_policy(checkpoint)

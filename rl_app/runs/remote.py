@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rl_app.errors import UserError
-from rl_app.runs.checkpoints import MARKER, is_complete, resolve_checkpoint
+from rl_app.runs.checkpoints import (
+    MARKER,
+    CheckpointInfo,
+    check_ray_version,
+    is_complete,
+    read_info,
+    resolve_checkpoint,
+)
 from rl_app.runs.layout import is_run_dir
 from rl_app.runs.storage import (
     Storage,
@@ -134,6 +141,17 @@ def open_run(location: str, runs_root: Path) -> tuple[Path, StorageFolder | None
         raise UserError(f"run '{location}' {what}")
     storage_uri = json.loads((run_dir / "metadata.json").read_text()).get("storage")
     return run_dir, StorageFolder(open_storage(storage_uri), run_dir) if storage_uri else None
+
+
+def open_checkpoint(
+    location: str, runs_root: Path, allow_version_mismatch: bool = False
+) -> tuple[Path, CheckpointInfo]:
+    """The checkpoint at ``location`` (see :func:`locate_checkpoint`) and its marker, refused when
+    another Ray version wrote it (unless ``allow_version_mismatch``)."""
+    checkpoint = locate_checkpoint(location, runs_root)
+    info = read_info(checkpoint)
+    check_ray_version(checkpoint, info, allow_version_mismatch)
+    return checkpoint, info
 
 
 def locate_checkpoint(location: str, runs_root: Path) -> Path:

@@ -14,7 +14,7 @@ from rl_app.errors import ConfigError, UserError
 from rl_app.runs.checkpoints import CheckpointError, check_ray_version, latest_checkpoint, read_info
 from rl_app.runs.files import read_json
 from rl_app.runs.layout import EXPERIMENT_FILE, experiment_dict
-from rl_app.runs.remote import StorageFolder, locate_checkpoint, open_run
+from rl_app.runs.remote import StorageFolder, open_checkpoint, open_run
 
 # Changing these when resuming is expected (train longer, keep more checkpoints).
 RESUMABLE_CHANGES = ("stop", "checkpoint", "description", "storage")
@@ -124,9 +124,7 @@ def plan_new_run(
     check_experiment_env(experiment, loaded.source)
     plan = Plan(loaded.name, experiment, loaded.source, loaded.path, loaded.overrides)
     if init_from is not None:
-        checkpoint = locate_checkpoint(init_from, runs_root)
-        info = read_info(checkpoint)
-        check_ray_version(checkpoint, info, allow_version_mismatch)
+        checkpoint, info = open_checkpoint(init_from, runs_root, allow_version_mismatch)
         if (info.algorithm, info.env) != (experiment.algorithm, experiment.env.id):
             raise CheckpointError(
                 f"--init-from {init_from}: checkpoint is {info.algorithm} on {info.env}, "

@@ -25,6 +25,38 @@ def trial_experiment(data: dict[str, Any], values: dict[str, Any], source: str) 
     return validate_experiment(with_values(data, values), source)
 
 
+def _newest_complete_sibling(result: Any) -> Any:
+    """The newest checkpoint with our marker next to the (missing) one ``result`` names, as the same
+    kind of (checkpoint, metrics) result, its iteration read from the marker; None without one."""
+    import json
+
+    import pyarrow.fs as pafs
+
+    from rl_app.runs.checkpoints import MARKER
+
+    missing = getattr(result, "checkpoint", None)
+    if missing is None:
+        return None
+    fs, trial_dir = missing.filesystem, missing.path.rstrip("/").rsplit("/", 1)[0]
+    found = fs.get_file_info(pafs.FileSelector(trial_dir, allow_not_found=True))
+    folders = sorted(
+        info.path
+        for info in found
+        if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_")
+    )
+    for folder in reversed(folders):
+        try:
+            with fs.open_input_stream(f"{folder}/{MARKER}") as handle:
+                iteration = int(json.loads(bytes(handle.read()))["iteration"])
+        except (OSError, ValueError, KeyError):
+            continue  # no marker: not complete
+        checkpoint = tune.Checkpoint(path=folder, filesystem=fs)
+        return type(result)(
+            checkpoint=checkpoint, metrics={**result.metrics, "training_iteration": iteration}
+        )
+    return None
+
+
 class ExperimentTrial(tune.Trainable):
     """Trains ``experiment`` (plain data, no sweep section) with Tune's sampled ``config`` set into it."""
 
@@ -71,6 +103,19 @@ class ExperimentTrial(tune.Trainable):
 
     def load_checkpoint(self, checkpoint: str) -> None:  # type: ignore[override]
         self.loop.load(Path(checkpoint))
+
+    def restore(self, checkpoint_path: Any) -> None:
+        """Tune's restore, or, when the checkpoint Tune's saved sweep state names was pruned after
+        that state was written (the sweep driver killed between two of its 2-second saves), the
+        trial's newest complete checkpoint: a resumed sweep then continues the trial instead of
+        failing it."""
+        try:
+            super().restore(checkpoint_path)
+        except ValueError as exc:
+            replacement = _newest_complete_sibling(checkpoint_path) if "anymore" in str(exc) else None
+            if replacement is None:
+                raise
+            super().restore(replacement)
 
     def cleanup(self) -> None:
         self.loop.algo.stop()
