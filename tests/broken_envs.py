@@ -42,3 +42,20 @@ class StringReward(_Base):
 class FourTuple(_Base):
     def step(self, action: Any) -> Any:
         return np.zeros(4, dtype=np.float32), 0.0, False, {}
+
+
+class SignalsItself(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole that sends its own process SIGTERM from inside ``step()`` (the signal's worst moment)."""
+
+    def __init__(self, after_steps: int = 600) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.after_steps, self.steps = after_steps, 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps == self.after_steps:
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGTERM)
+        return self.env.step(action)

@@ -73,3 +73,30 @@ def test_a_second_interrupt_stops_at_once_and_the_run_still_resumes(tmp_path: Pa
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "Resumed from iter_" in resumed.stdout
+
+
+@pytest.mark.ray
+def test_a_signal_inside_an_env_step_still_stops_gracefully(tmp_path: Path) -> None:
+    """RLlib's env runner turns an env's exceptions into 'env failed': ours must not be one."""
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "selfstop.yaml").write_text(
+        "algorithm: PPO\nenv: broken_envs:SignalsItself\n"
+        "training: {train_batch_size_per_learner: 500, minibatch_size: 100, num_epochs: 1}\n"
+        "env_runners: {num_env_runners: 0, num_envs_per_env_runner: 1}\n"
+        "stop: {iterations: 100}\ncheckpoint: {every: 1000}\n"
+    )
+    env = {
+        **os.environ,
+        "RL_APP_EXPERIMENTS_DIR": str(experiments),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")])),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "rl_app", "train", "selfstop", "--runs-dir", str(tmp_path / "runs")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 130, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    (run_dir,) = (tmp_path / "runs" / "selfstop").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["stop_reason"] == "interrupted (SIGTERM)"

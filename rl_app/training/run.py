@@ -57,8 +57,11 @@ class RunSummary:
     resumed_from: str | None = None
 
 
-class Interrupted(Exception):
-    """SIGTERM (or SIGINT) arrived; training stops after a final checkpoint."""
+class Interrupted(BaseException):
+    """SIGTERM (or SIGINT) arrived; training stops after a final checkpoint.
+
+    A BaseException, like KeyboardInterrupt: the signal can arrive inside an env step, where
+    RLlib's env runner turns any Exception into a RuntimeError about a failed env."""
 
 
 @contextmanager
