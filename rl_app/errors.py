@@ -29,3 +29,8 @@ def first_line(exc: BaseException, default: str | None = None) -> str:
     if text:
         return text.splitlines()[0]
     return type(exc).__name__ if default is None else default
+
+
+def error_detail(exc: BaseException) -> str:
+    """A library failure for a one-line error: its first line, at most 300 characters."""
+    return first_line(exc, default="no details")[:300]

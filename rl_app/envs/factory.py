@@ -10,6 +10,7 @@ from typing import Any
 
 from rl_app.config.schema import EnvSection
 from rl_app.envs.wrappers import import_class, wrapper_class
+from rl_app.errors import error_detail
 
 
 def check_env_id(env_id: str) -> None:
@@ -77,7 +78,7 @@ def check_env(env: EnvSection) -> None:
     try:
         instance = make_env(env)
     except Exception as exc:
-        raise ValueError(f"cannot be created: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise ValueError(f"cannot be created: {type(exc).__name__}: {error_detail(exc)}") from None
     try:
         for role, space in (("observation", instance.observation_space), ("action", instance.action_space)):
             if not isinstance(space, (gymnasium.spaces.Box, gymnasium.spaces.Discrete)):
@@ -88,13 +89,13 @@ def check_env(env: EnvSection) -> None:
         try:
             obs, _ = instance.reset(seed=0)
         except Exception as exc:
-            raise ValueError(f"reset() raised {type(exc).__name__}: {_first_line(exc)}") from None
+            raise ValueError(f"reset() raised {type(exc).__name__}: {error_detail(exc)}") from None
         _check_observation("reset()", obs, instance.observation_space)
         instance.action_space.seed(0)
         try:
             result = instance.step(instance.action_space.sample())
         except Exception as exc:
-            raise ValueError(f"step() raised {type(exc).__name__}: {_first_line(exc)}") from None
+            raise ValueError(f"step() raised {type(exc).__name__}: {error_detail(exc)}") from None
         if not isinstance(result, tuple) or len(result) != 5:
             raise ValueError("step() must return (observation, reward, terminated, truncated, info)")
         _check_observation("step()", result[0], instance.observation_space)
@@ -115,9 +116,3 @@ def _check_observation(where: str, obs: Any, space: Any) -> None:
             f"{where} returned an observation (shape {shape}, dtype {dtype}) "
             f"outside its observation space {space}"
         )
-
-
-def _first_line(exc: BaseException) -> str:
-    from rl_app.errors import first_line
-
-    return first_line(exc, default="no details")[:300]

@@ -14,7 +14,7 @@ from ray.rllib.core import (
 
 from rl_app.cluster.resources import ResourcePlan
 from rl_app.config import ExperimentConfig
-from rl_app.errors import first_line
+from rl_app.errors import error_detail, first_line
 from rl_app.rllib.config import algorithm_config
 from rl_app.rllib.env_runner import RLAppEnvRunner
 from rl_app.rllib.replay import restore_replay_buffer, save_replay_buffer, seed_replay_buffer
@@ -54,7 +54,7 @@ def restore_algorithm(algo: Algorithm, checkpoint: Path) -> None:
         algo.restore_from_path(str(checkpoint.resolve()))
     except Exception as exc:  # RLlib raises many kinds for damaged files
         raise CheckpointError(
-            f"checkpoint '{checkpoint}' is corrupt or truncated: {type(exc).__name__}: {_detail(exc)}"
+            f"checkpoint '{checkpoint}' is corrupt or truncated: {type(exc).__name__}: {error_detail(exc)}"
         ) from None
     restore_replay_buffer(algo, checkpoint)
 
@@ -79,7 +79,7 @@ def load_module(checkpoint: Path) -> TorchRLModule:
         return cast("TorchRLModule", RLModule.from_checkpoint(str(module_dir.resolve())))
     except Exception as exc:
         raise CheckpointError(
-            f"checkpoint '{checkpoint}' is corrupt or truncated: {type(exc).__name__}: {_detail(exc)}"
+            f"checkpoint '{checkpoint}' is corrupt or truncated: {type(exc).__name__}: {error_detail(exc)}"
         ) from None
 
 
@@ -100,7 +100,3 @@ def warm_start(algo: Algorithm, checkpoint: Path) -> None:
             f"cannot load '{checkpoint}' into this experiment's model (different model config?): "
             f"{first_line(exc)}"
         ) from None
-
-
-def _detail(exc: BaseException) -> str:
-    return first_line(exc, default="no details")[:300]

@@ -13,7 +13,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from rl_app.errors import first_line
+from rl_app.errors import error_detail
 from rl_app.runs.checkpoints import CheckpointError
 
 REPLAY_BUFFER = "replay_buffer.pkl"
@@ -58,6 +58,4 @@ def restore_replay_buffer(algo: Any, folder: Path) -> None:
         if rng_state is not None and hasattr(buffer, "rng"):
             buffer.rng.bit_generator.state = rng_state
     except Exception as exc:
-        raise CheckpointError(
-            f"replay buffer '{buffer_file}' is corrupt: {first_line(exc, default='no details')[:300]}"
-        ) from None
+        raise CheckpointError(f"replay buffer '{buffer_file}' is corrupt: {error_detail(exc)}") from None

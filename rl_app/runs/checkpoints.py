@@ -189,16 +189,16 @@ def resolve_checkpoint(path: Path) -> Path:
 
 def _no_checkpoint_yet(run_dir: Path) -> str:
     """Why a run has no checkpoint: still running (and when the first one comes), or none was kept."""
-    import yaml
-
-    from rl_app.runs.layout import EXPERIMENT_FILE, run_status
+    from rl_app.runs.layout import experiment_data, run_status
 
     if run_status(run_dir) != "running":
         return f"run '{run_dir}' has no complete checkpoint"
+    data = experiment_data(run_dir)
     try:
-        data = yaml.safe_load((run_dir / EXPERIMENT_FILE).read_text()) or {}
-        every = int((data.get("checkpoint") or {}).get("every", 10))
-    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+        every = int((data.get("checkpoint") or {}).get("every", 10)) if data else None
+    except (ValueError, TypeError, AttributeError):
+        every = None
+    if every is None:
         return f"run '{run_dir}' is still running and has no checkpoint yet"
     return (
         f"run '{run_dir}' is still running and has no checkpoint yet; "

@@ -117,6 +117,15 @@ def write_experiment(folder: Path, experiment: ExperimentConfig | dict[str, Any]
     return path
 
 
+def experiment_data(folder: Path) -> dict[str, Any]:
+    """``folder/experiment.yaml`` as plain data, unvalidated; empty when missing or unreadable."""
+    try:
+        data = yaml.safe_load((folder / EXPERIMENT_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def checkpoint_experiment(checkpoint: Path) -> ExperimentConfig | None:
     """The experiment a checkpoint was trained with: its run's, or its sweep trial's experiment.yaml."""
     from rl_app.config import validate_experiment

@@ -8,10 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rl_app.runs.checkpoints import latest_checkpoint
-from rl_app.runs.layout import EXPERIMENT_FILE, run_status
+from rl_app.runs.layout import experiment_data, run_status
 from rl_app.runs.progress import read_progress
 
 
@@ -47,10 +45,7 @@ class RunRow:
 
 def _env_id(run_dir: Path) -> str:
     """The env of a run, from its experiment.yaml (read as plain YAML: listing validates nothing)."""
-    try:
-        env = (yaml.safe_load((run_dir / EXPERIMENT_FILE).read_text()) or {}).get("env")
-    except (OSError, yaml.YAMLError, AttributeError):
-        return ""
+    env = experiment_data(run_dir).get("env")
     return str(env.get("id", "") if isinstance(env, dict) else env or "")
 
 

@@ -78,15 +78,18 @@ class StorageFolder:
             if (self.local / name).exists():
                 upload(self.local / name, self.storage, *self.parts, name)
 
-    def push_checkpoint(self, checkpoint: Path, pruned: list[str]) -> None:
-        """Upload a checkpoint file by file, its marker last, then delete the pruned ones."""
+    def push_checkpoint(self, checkpoint: Path) -> None:
+        """Upload a checkpoint file by file, its marker last."""
         if not self.mirrors:
             return
         remote = (*self.parts, "checkpoints", checkpoint.name)
         files = sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != MARKER)
         for file in [*files, checkpoint / MARKER]:
             upload(file, self.storage, *remote, *file.relative_to(checkpoint).parts)
-        for name in pruned:
+
+    def delete_checkpoint(self, name: str) -> None:
+        """Delete the copy of a checkpoint pruned locally (when it is a separate copy)."""
+        if self.mirrors:
             delete_dir(self.storage, *self.parts, "checkpoints", name)
 
     def pull(self, names: tuple[str, ...], *, required: str, what: str, checkpoints: bool = False) -> None:
@@ -186,10 +189,10 @@ class RunMirror:
         self.pending = [p for p in self.pending if p.name not in self.pruned]
         try:
             while self.pending:
-                self.folder.push_checkpoint(self.pending[0], [])
+                self.folder.push_checkpoint(self.pending[0])
                 self.pending.pop(0)
             for name in sorted(self.pruned):
-                delete_dir(self.folder.storage, *self.folder.parts, "checkpoints", name)
+                self.folder.delete_checkpoint(name)
             self.pruned.clear()
             self.folder.push(*names)
         except StorageError as exc:
