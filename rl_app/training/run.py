@@ -173,6 +173,10 @@ class TrainingRun:
                     last_checkpoint=last_checkpoint,
                     elapsed_s=self.loop.elapsed_s,
                 )
+                # The summary takes a moment and imports matplotlib, which a signal raised
+                # inside would turn into an ImportError: further signals wait (handlers return on exit).
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_IGN)
                 self._finish(summary)
         return summary
 
