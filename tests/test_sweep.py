@@ -11,16 +11,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import local_ray
+from ray import tune
 from rich.console import Console
 
 from rl_app.config import load_experiment
-from rl_app.runs.checkpoints import read_info
+from rl_app.runs.checkpoints import MARKER, read_info
 from rl_app.sweep.run import run_sweep
 from rl_app.training.run import train
+from rl_app.training.trial import fallback_checkpoint
 
 TESTS = Path(__file__).resolve().parent
 pytestmark = pytest.mark.ray
@@ -208,6 +212,39 @@ def test_kill_9_of_the_sweep_driver_then_resume_keeps_finished_trials(
     after = result_iterations(interrupted)
     assert len(after) > reported_before_kill and after[-1] == 6  # 3000 steps / 500 per iteration
     assert after.count(1) == 1  # continued from its checkpoint, not restarted
+
+
+@dataclass
+class RecordedCheckpoint:
+    """The (checkpoint, metrics) pair Tune's saved sweep state hands ``Trainable.restore``."""
+
+    checkpoint: tune.Checkpoint
+    metrics: dict[str, Any]
+
+
+@pytest.mark.parametrize(
+    ("complete", "recorded", "chosen"),
+    [
+        ({"checkpoint_000001": 2, "checkpoint_000002": 3, "checkpoint_000005": 6}, 5, 3),
+        ({"checkpoint_000005": 6, "checkpoint_000006": 7}, 5, 6),
+    ],
+)
+def test_a_pruned_recorded_checkpoint_falls_back_to_the_newest_complete_one_not_after_it(
+    tmp_path: Path, complete: dict[str, int], recorded: int, chosen: int
+) -> None:
+    for name, iteration in complete.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / MARKER).write_text(json.dumps({"iteration": iteration}))
+    (tmp_path / "checkpoint_000007").mkdir()  # a save cut short: no marker
+    missing = RecordedCheckpoint(
+        tune.Checkpoint(str(tmp_path / "checkpoint_000004")), {"training_iteration": recorded, "x": 1}
+    )
+
+    replacement = fallback_checkpoint(missing)
+
+    assert replacement.metrics == {"training_iteration": chosen, "x": 1}
+    marker = json.loads((Path(replacement.checkpoint.path) / MARKER).read_text())
+    assert marker["iteration"] == chosen
 
 
 def test_optuna_search_and_pbt_scheduler_run_through_tune(

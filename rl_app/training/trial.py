@@ -25,9 +25,14 @@ def trial_experiment(data: dict[str, Any], values: dict[str, Any], source: str) 
     return validate_experiment(with_values(data, values), source)
 
 
-def _newest_complete_sibling(result: Any) -> Any:
-    """The newest checkpoint with our marker next to the (missing) one ``result`` names, as the same
-    kind of (checkpoint, metrics) result, its iteration read from the marker; None without one."""
+def fallback_checkpoint(result: Any) -> Any:
+    """A complete checkpoint (one with our marker) next to the missing one ``result`` names, as the
+    same kind of (checkpoint, metrics) result with its iteration read from the marker: the newest
+    one at or before the missing one's iteration, else the oldest after it; None without one.
+
+    At or before first, as Tune's own resume does: the trial continues from the state Tune's sweep
+    state recorded, repeating the iterations after it, so a trial never trains past its stop rule
+    from a newer checkpoint whose result Tune already counted."""
     import json
 
     import pyarrow.fs as pafs
@@ -39,22 +44,22 @@ def _newest_complete_sibling(result: Any) -> Any:
         return None
     fs, trial_dir = missing.filesystem, missing.path.rstrip("/").rsplit("/", 1)[0]
     found = fs.get_file_info(pafs.FileSelector(trial_dir, allow_not_found=True))
-    folders = sorted(
-        info.path
-        for info in found
-        if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_")
-    )
-    for folder in reversed(folders):
+    complete: list[tuple[int, str]] = []
+    for info in found:
+        if info.type != pafs.FileType.Directory or not info.base_name.startswith("checkpoint_"):
+            continue
         try:
-            with fs.open_input_stream(f"{folder}/{MARKER}") as handle:
-                iteration = int(json.loads(bytes(handle.read()))["iteration"])
+            with fs.open_input_stream(f"{info.path}/{MARKER}") as handle:
+                complete.append((int(json.loads(bytes(handle.read()))["iteration"]), info.path))
         except (OSError, ValueError, KeyError):
             continue  # no marker: not complete
-        checkpoint = tune.Checkpoint(path=folder, filesystem=fs)
-        return type(result)(
-            checkpoint=checkpoint, metrics={**result.metrics, "training_iteration": iteration}
-        )
-    return None
+    if not complete:
+        return None
+    recorded = int(result.metrics.get("training_iteration", 0))
+    before = [entry for entry in complete if entry[0] <= recorded]
+    iteration, folder = max(before) if before else min(complete)
+    checkpoint = tune.Checkpoint(path=folder, filesystem=fs)
+    return type(result)(checkpoint=checkpoint, metrics={**result.metrics, "training_iteration": iteration})
 
 
 class ExperimentTrial(tune.Trainable):
@@ -106,13 +111,12 @@ class ExperimentTrial(tune.Trainable):
 
     def restore(self, checkpoint_path: Any) -> None:
         """Tune's restore, or, when the checkpoint Tune's saved sweep state names was pruned after
-        that state was written (the sweep driver killed between two of its 2-second saves), the
-        trial's newest complete checkpoint: a resumed sweep then continues the trial instead of
-        failing it."""
+        that state was written (the sweep driver killed between two of its 2-second saves), a
+        complete sibling of it: a resumed sweep then continues the trial instead of failing it."""
         try:
             super().restore(checkpoint_path)
         except ValueError as exc:
-            replacement = _newest_complete_sibling(checkpoint_path) if "anymore" in str(exc) else None
+            replacement = fallback_checkpoint(checkpoint_path) if "anymore" in str(exc) else None
             if replacement is None:
                 raise
             super().restore(replacement)
