@@ -142,6 +142,37 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--verbose", action="store_true", help="show RLlib's and torch's own logs")
     _add_version_mismatch(export)
     _add_runs_dir(export)
+
+    serve = commands.add_parser("serve", help="answer HTTP requests with a trained policy's actions")
+    serve.add_argument(
+        "policy", metavar="POLICY", help="export folder (policy.json), or a run folder, checkpoint or URI"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    serve.add_argument("--token-file", type=Path, help="API token clients send as a bearer token")
+    serve.add_argument(
+        "--format", choices=("onnx", "torchscript"), help="which export to load (default onnx)"
+    )
+    serve.add_argument(
+        "--max-batch-size", type=_positive_int, default=256, help="rows per model call and per request"
+    )
+    serve.add_argument(
+        "--max-wait-ms", type=_non_negative_float, default=0.0, help="hold a batch this long to fill it"
+    )
+    serve.add_argument("--max-body-bytes", type=_positive_int, default=4 * 1024 * 1024)
+    serve.add_argument(
+        "--ray-serve", action="store_true", help="deploy on Ray Serve (local Ray or RAY_ADDRESS)"
+    )
+    serve.add_argument("--replicas", type=_positive_int, default=1, help="with --ray-serve: replicas")
+    serve.add_argument(
+        "--max-replicas", type=_positive_int, help="with --ray-serve: autoscale from --replicas up to this"
+    )
+    serve.add_argument(
+        "--max-ongoing-requests", type=_positive_int, default=256, help="with --ray-serve: per replica"
+    )
+    serve.add_argument("--address", help="with --ray-serve: a Ray cluster (default: $RAY_ADDRESS or local)")
+    _add_version_mismatch(serve)
+    _add_runs_dir(serve)
     return parser
 
 
@@ -152,6 +183,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
 
 
@@ -319,6 +360,45 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from rl_app.serve.app import ServeSettings
+
+    settings = ServeSettings(
+        max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_body_bytes=args.max_body_bytes
+    )
+    if args.ray_serve:
+        from rl_app.serve.ray_serve import serve_on_ray
+
+        serve_on_ray(
+            args.policy,
+            host=args.host,
+            port=args.port,
+            token_file=args.token_file,
+            fmt=args.format,
+            settings=settings,
+            replicas=args.replicas,
+            max_replicas=args.max_replicas,
+            max_ongoing_requests=args.max_ongoing_requests,
+            address=args.address,
+            runs_root=args.runs_dir,
+            allow_version_mismatch=args.allow_version_mismatch,
+        )
+        return 0
+    from rl_app.serve.server import serve
+
+    serve(
+        args.policy,
+        host=args.host,
+        port=args.port,
+        token_file=args.token_file,
+        fmt=args.format,
+        settings=settings,
+        runs_root=args.runs_dir,
+        allow_version_mismatch=args.allow_version_mismatch,
+    )
+    return 0
+
+
 COMMANDS = {
     "list": _cmd_list,
     "show": _cmd_show,
@@ -331,6 +411,7 @@ COMMANDS = {
     "report": _cmd_report,
     "evaluate": _cmd_evaluate,
     "export": _cmd_export,
+    "serve": _cmd_serve,
 }
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
 
 # ppo_cartpole overrides that make an iteration take well under a second.
 SMALL_PPO = [
@@ -32,3 +35,19 @@ def local_ray(env: dict[str, str] | None = None) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def rllib_actions(checkpoint: Path, obs: np.ndarray) -> np.ndarray:
+    """What RLlib's own env-runner pipeline picks, deterministically, for these observations."""
+    import torch
+    from ray.rllib.core.rl_module.rl_module import RLModule
+    from ray.rllib.utils.spaces.space_utils import unsquash_action
+
+    module = RLModule.from_checkpoint(str(checkpoint / "learner_group/learner/rl_module/default_policy"))
+    with torch.no_grad():
+        out = module.forward_inference({"obs": torch.as_tensor(obs)})
+        if "actions" in out:
+            return out["actions"].numpy()
+        dist = module.get_inference_action_dist_cls().from_logits(out["action_dist_inputs"])
+        actions = dist.to_deterministic().sample().numpy()
+    return unsquash_action(actions, module.action_space) if actions.dtype.kind == "f" else actions

@@ -16,6 +16,7 @@ from test_pins import pins
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
 DOCKERFILES = sorted(DOCKER.glob("Dockerfile*"))
+TRAINING_IMAGES = [DOCKER / "Dockerfile", DOCKER / "Dockerfile.cuda"]
 RAY_VERSION = str(pins(REPO / "requirements.txt")["ray"].specifier).removeprefix("==")
 
 
@@ -56,8 +57,8 @@ def sshd_settings(path: Path) -> dict[str, str]:
     return settings
 
 
-def test_there_is_a_cpu_and_a_cuda_image() -> None:
-    assert [p.name for p in DOCKERFILES] == ["Dockerfile", "Dockerfile.cuda"]
+def test_there_is_a_cpu_a_cuda_and_an_inference_image() -> None:
+    assert [p.name for p in DOCKERFILES] == ["Dockerfile", "Dockerfile.cuda", "Dockerfile.inference"]
 
 
 def test_hadolint_passes() -> None:
@@ -66,7 +67,7 @@ def test_hadolint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", TRAINING_IMAGES, ids=lambda p: p.name)
 def test_images_install_from_the_pin_file_and_run_rl_app_as_non_root(dockerfile: Path) -> None:
     steps = instructions(dockerfile)
     copies = [args for kind, args in steps if kind == "COPY"]
@@ -85,6 +86,28 @@ def test_images_install_from_the_pin_file_and_run_rl_app_as_non_root(dockerfile:
         assert users and users[-1].isdigit() and int(users[-1]) > 0, (name, users)
     assert ("ENTRYPOINT", '["rl_app"]') in final
     assert any("rl_app --help" in args for kind, args in steps if kind == "RUN")  # installed and starts
+
+
+def test_the_inference_image_is_multi_stage_light_non_root_and_health_checked() -> None:
+    dockerfile = DOCKER / "Dockerfile.inference"
+    steps = instructions(dockerfile)
+    assert stage_names(dockerfile) == ["build", "serve"]
+    installs = [args for kind, args in steps if kind == "RUN" and "pip install" in args]
+    assert any("-r requirements-serve.txt" in args for args in installs)
+    assert not any("-r requirements.txt" in args or "torch" in args for args in installs)
+    assert any("--no-deps ." in args for args in installs)  # the package, not the training pins
+    assert not any(re.search(r"pip install[^&]*\b[\w-]+==", args) for args in installs)
+    final = stage(dockerfile, "serve")
+    copied = [args for kind, args in final if kind == "COPY"]
+    assert "--from=build /opt/venv /opt/venv" in copied and "${POLICY} /policy" in copied
+    assert (DOCKER / "inference").is_dir()  # the default POLICY: a placeholder to mount over
+    users = [args for kind, args in final if kind == "USER"]
+    assert users and users[-1].isdigit() and int(users[-1]) > 0
+    health = next(args for kind, args in final if kind == "HEALTHCHECK")
+    assert "/v1/health" in health
+    assert ("ENTRYPOINT", '["rl_app", "serve"]') in final
+    command = next(args for kind, args in final if kind == "CMD")
+    assert "--token-file" in command and "0.0.0.0" in command  # all interfaces only with a token
 
 
 def test_the_entry_point_exists_in_the_package() -> None:
@@ -165,7 +188,7 @@ def test_compose_cluster_keeps_the_jobs_api_on_the_hosts_loopback() -> None:
         assert service["shm_size"]
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", TRAINING_IMAGES, ids=lambda p: p.name)
 def test_ssh_target_allows_keys_only_no_root_and_makes_host_keys_at_first_start(dockerfile: Path) -> None:
     ssh = stage(dockerfile, "ssh")
     copied = next(args for kind, args in ssh if kind == "COPY" and "sshd_config" in args)

@@ -22,11 +22,19 @@ def pins(path: Path) -> dict[str, Requirement]:
 def test_required_pins_are_exact() -> None:
     runtime = pins(REPO / "requirements.txt")
     assert str(runtime["ray"].specifier) == "==2.60.0"
-    assert runtime["ray"].extras == {"rllib", "tune", "default"}
+    assert runtime["ray"].extras == {"rllib", "tune", "default", "serve"}
     assert str(runtime["torch"].specifier) == "==2.13.0"
     extras = {**pins(REPO / "requirements-dev.txt"), **pins(REPO / "requirements-bench.txt")}
     for name, requirement in {**runtime, **extras, **pins(REPO / "requirements-notebook.txt")}.items():
         assert re.fullmatch(r"==[\w.]+", str(requirement.specifier)), f"{name} is not pinned exactly"
+
+
+def test_the_inference_pins_are_a_subset_of_the_runtime_pins() -> None:
+    runtime, serving = pins(REPO / "requirements.txt"), pins(REPO / "requirements-serve.txt")
+    assert {"onnxruntime", "starlette", "uvicorn", "numpy"} <= set(serving)
+    assert not {"ray", "torch", "gymnasium"} & set(serving), "the inference set must stay light"
+    for name, requirement in serving.items():
+        assert name in runtime and str(runtime[name]) == str(requirement), f"{name}: {requirement} vs runtime"
 
 
 def test_gymnasium_pin_is_the_one_ray_pins() -> None:

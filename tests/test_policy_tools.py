@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import rllib_actions
 
 from rl_app.errors import UserError
 from rl_app.runs.checkpoints import list_checkpoints
@@ -32,22 +33,6 @@ def runs(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> dict[st
         name: train(name, [*extra, "stop.iterations=2", "evaluation.interval=0"], runs_root=root).run_dir
         for name, extra in TINY.items()
     }
-
-
-def rllib_actions(checkpoint: Path, obs: np.ndarray) -> np.ndarray:
-    """What RLlib's own env-runner pipeline picks, deterministically, for these observations."""
-    import torch
-    from ray.rllib.core.rl_module.rl_module import RLModule
-    from ray.rllib.utils.spaces.space_utils import unsquash_action
-
-    module = RLModule.from_checkpoint(str(checkpoint / "learner_group/learner/rl_module/default_policy"))
-    with torch.no_grad():
-        out = module.forward_inference({"obs": torch.as_tensor(obs)})
-        if "actions" in out:
-            return out["actions"].numpy()
-        dist = module.get_inference_action_dist_cls().from_logits(out["action_dist_inputs"])
-        actions = dist.to_deterministic().sample().numpy()
-    return unsquash_action(actions, module.action_space) if actions.dtype.kind == "f" else actions
 
 
 @pytest.mark.parametrize("name", list(TINY))

@@ -38,6 +38,20 @@ def _earlier_exports(out_dir: Path) -> dict[str, Any]:
     return {name: entry for name, entry in files.items() if name and (out_dir / name).is_file()}
 
 
+def _run_name(checkpoint: Path) -> str:
+    """``<experiment>/<stamp>`` of the run folder holding ``checkpoint`` (``<run>/checkpoints/<name>``)."""
+    run = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+    return f"{run.parent.name}/{run.name}"
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    from rl_app import __version__
+
+    return {"rl_app": __version__, **{name: metadata.version(name) for name in ("ray", "torch", "gymnasium")}}
+
+
 def export_policy(
     location: str,
     fmt: str,
@@ -98,6 +112,8 @@ def export_policy(
             "env": info.env,
             "checkpoint": str(checkpoint),
             "iteration": info.iteration,
+            "run": _run_name(checkpoint),
+            "versions": _versions(),
             "input": {"name": "obs", "batched": True, "dtype": "float32"},
             "observation_space": space_description(policy.observation_space),
             "action_space": space_description(policy.action_space),

@@ -1,0 +1,246 @@
+"""The inference HTTP API as a Starlette app: act, health, metadata, metrics, reload.
+
+Every failure a request can cause is answered with a 4xx and a one-line JSON error naming the
+field; nothing a client sends reaches past the handler that parses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from rl_app.errors import UserError, error_detail
+from rl_app.serve.batching import DynamicBatcher
+from rl_app.serve.policy import ServedPolicy
+from rl_app.serve.protocol import RequestError, act_response, parse_act_request
+
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Limits and batching of one server; the limits are always on."""
+
+    max_batch_size: int = 256  # rows per model call, and the most one request may send
+    max_wait_ms: float = 0.0
+    max_body_bytes: int = 4 * 1024 * 1024
+    token: str | None = None  # required as ``Authorization: Bearer`` on everything but health
+
+
+class ServeMetrics:
+    """Prometheus metrics of one server, in its own registry."""
+
+    def __init__(self) -> None:
+        disable_created_metrics()  # scrapers need counts, not a timestamp series per label set
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "rl_app_serve_requests", "HTTP requests answered", ["route", "status"], registry=self.registry
+        )
+        self.bad_requests = Counter(
+            "rl_app_serve_bad_requests", "requests refused, by reason", ["reason"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "rl_app_serve_act_latency_seconds",
+            "time from receiving an /v1/act request to its answer",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=self.registry,
+        )
+        self.batch_rows = Histogram(
+            "rl_app_serve_batch_rows",
+            "observations per model call",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+            registry=self.registry,
+        )
+        self.reloads = Counter("rl_app_serve_reloads", "policy reloads", ["result"], registry=self.registry)
+        self.iteration = Gauge(
+            "rl_app_serve_policy_iteration", "training iteration served", registry=self.registry
+        )
+
+
+def _error(error: RequestError, metrics: ServeMetrics, route: str) -> Response:
+    metrics.bad_requests.labels(error.reason).inc()
+    metrics.requests.labels(route, str(error.status)).inc()
+    return Response(error.body(), status_code=error.status, media_type=JSON)
+
+
+class PolicyService:
+    """The policy being served, its batcher, and the reload that swaps it."""
+
+    def __init__(
+        self,
+        policy: ServedPolicy,
+        settings: ServeSettings,
+        reload_policy: Callable[[], ServedPolicy] | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.policy = policy
+        self.settings = settings
+        self.reload_policy = reload_policy
+        self.log = log
+        self.metrics = ServeMetrics()
+        self.metrics.iteration.set(float(policy.spec.get("iteration") or 0))
+        self.batcher = DynamicBatcher(
+            lambda: self.policy,
+            settings.max_batch_size,
+            settings.max_wait_ms / 1000,
+            on_batch=self.metrics.batch_rows.observe,
+        )
+        self._reload_lock = asyncio.Lock()
+
+    async def reload(self) -> tuple[int, dict[str, Any]]:
+        """Load the source again; swap it in if its spaces match. (HTTP status, JSON answer)."""
+        if self.reload_policy is None:
+            return 409, {"error": "reload: this server was started without a source to reload"}
+        async with self._reload_lock:
+            try:
+                fresh = await asyncio.to_thread(self.reload_policy)
+            except UserError as exc:
+                self.metrics.reloads.labels("failed").inc()
+                self.log(f"reload failed, still serving the previous policy: {exc}")
+                return 409, {"error": f"reload: {exc}"}
+            except Exception as exc:
+                self.metrics.reloads.labels("failed").inc()
+                self.log(f"reload failed, still serving the previous policy: {error_detail(exc)}")
+                return 500, {"error": f"reload: {error_detail(exc)}"}
+            if fresh.spaces() != self.policy.spaces():
+                self.metrics.reloads.labels("refused").inc()
+                message = "reload: the new policy's observation or action space differs; kept the old one"
+                self.log(message)
+                return 409, {"error": message}
+            old, self.policy = self.policy, fresh  # batches already running finish on ``old``
+            self.metrics.iteration.set(float(fresh.spec.get("iteration") or 0))
+            self.metrics.reloads.labels("ok").inc()
+            self.log(f"reloaded: {fresh.name} iteration {fresh.spec.get('iteration')} ({fresh.file})")
+            return 200, {
+                "reloaded": True,
+                "previous_iteration": old.spec.get("iteration"),
+                **fresh.metadata(),
+            }
+
+
+def _authorized(request: Request, token: str | None) -> bool:
+    if token is None:
+        return True
+    provided = request.headers.get("authorization", "")
+    return hmac.compare_digest(provided.encode(), f"Bearer {token}".encode())
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, "body", f"{declared} bytes above the limit of {limit}", "body_limit")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, "body", f"above the limit of {limit} bytes", "body_limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build_app(service: PolicyService) -> Starlette:
+    """The ASGI app serving ``service``; start-up and shut-down run its batcher."""
+    settings, metrics = service.settings, service.metrics
+    unauthorized = RequestError(401, "authorization", "missing or wrong bearer token", "unauthorized")
+
+    async def act(request: Request) -> Response:
+        started = time.perf_counter()
+        if not _authorized(request, settings.token):
+            return _error(unauthorized, metrics, "act")
+        try:
+            content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if content_type != JSON:
+                raise RequestError(
+                    415, "content-type", f"expected {JSON}, got {content_type or 'none'}", "content_type"
+                )
+            body = await _read_body(request, settings.max_body_bytes)
+            policy = service.policy
+            observations = parse_act_request(body, policy.observations, settings.max_batch_size)
+        except RequestError as error:
+            return _error(error, metrics, "act")
+        except ClientDisconnect:
+            return Response(status_code=499)
+        try:
+            actions, used = await service.batcher.submit(observations)
+        except Exception as exc:  # the model failed on a checked batch: the server's fault
+            metrics.requests.labels("act", "500").inc()
+            body = json.dumps({"error": f"policy: {error_detail(exc)}", "field": "policy"}).encode()
+            return Response(body, status_code=500, media_type=JSON)
+        answer = act_response(actions, used.name, used.spec.get("iteration"))
+        metrics.requests.labels("act", "200").inc()
+        metrics.latency.observe(time.perf_counter() - started)
+        return Response(answer, media_type=JSON)
+
+    async def health(request: Request) -> Response:
+        metrics.requests.labels("health", "200").inc()
+        body = {
+            "status": "ok",
+            "policy": service.policy.name,
+            "iteration": service.policy.spec.get("iteration"),
+        }
+        return Response(json.dumps(body).encode(), media_type=JSON)
+
+    async def metadata(request: Request) -> Response:
+        if not _authorized(request, settings.token):
+            return _error(unauthorized, metrics, "metadata")
+        metrics.requests.labels("metadata", "200").inc()
+        limits = {"max_batch_size": settings.max_batch_size, "max_body_bytes": settings.max_body_bytes}
+        body = {**service.policy.metadata(), "limits": limits, "max_wait_ms": settings.max_wait_ms}
+        return Response(json.dumps(body).encode(), media_type=JSON)
+
+    async def prometheus(request: Request) -> Response:
+        if not _authorized(request, settings.token):
+            return _error(unauthorized, metrics, "metrics")
+        metrics.requests.labels("metrics", "200").inc()
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def reload(request: Request) -> Response:
+        if not _authorized(request, settings.token):
+            return _error(unauthorized, metrics, "reload")
+        status, body = await service.reload()
+        metrics.requests.labels("reload", str(status)).inc()
+        return Response(json.dumps(body).encode(), status_code=status, media_type=JSON)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        service.batcher.start()
+        try:
+            yield
+        finally:
+            await service.batcher.stop()
+
+    routes = [
+        Route("/v1/act", act, methods=["POST"]),
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/v1/metadata", metadata, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+        Route("/v1/reload", reload, methods=["POST"]),
+    ]
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        error = RequestError(status, "path", f"{request.method} {request.url.path}: {exc}", f"http_{status}")
+        return _error(error, metrics, "other")
+
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})

@@ -1,0 +1,127 @@
+"""The request and response format of ``POST /v1/act``, shared by the lightweight server and Ray Serve.
+
+Request (JSON)::
+
+    {"observations": [[0.01, 0.02, 0.03, 0.04]], "deterministic": true}
+    {"observations": {"base64": "<raw C-order bytes>", "dtype": "uint8", "shape": [1, 84, 84, 4]}}
+
+Response: ``{"actions": [1], "policy": "ppo_cartpole/<stamp>", "iteration": 10}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rl_app.serve.policy import ObservationError, ObservationSpec
+
+FIELDS = ("observations", "deterministic")
+ENCODED_FIELDS = ("base64", "dtype", "shape")
+ENCODED_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool")
+
+
+@dataclass
+class RequestError(Exception):
+    """A bad request: its HTTP status, the field at fault and one line saying what is wrong."""
+
+    status: int
+    field: str
+    message: str
+    reason: str  # a short label for /metrics
+
+    def body(self) -> bytes:
+        return json.dumps({"error": f"{self.field}: {self.message}", "field": self.field}).encode()
+
+
+def _decode_encoded(encoded: dict[str, Any], max_rows: int) -> np.ndarray:
+    unknown = sorted(set(encoded) - set(ENCODED_FIELDS))
+    if unknown:
+        raise RequestError(
+            422,
+            "observations",
+            f"unknown field(s) {unknown}; allowed: {', '.join(ENCODED_FIELDS)}",
+            "unknown_field",
+        )
+    dtype, shape, data = encoded.get("dtype"), encoded.get("shape"), encoded.get("base64")
+    if dtype not in ENCODED_DTYPES:
+        raise RequestError(
+            422, "observations.dtype", f"{dtype!r} is not one of: {', '.join(ENCODED_DTYPES)}", "dtype"
+        )
+    if not (isinstance(shape, list) and shape and all(type(n) is int and n >= 0 for n in shape)):
+        raise RequestError(422, "observations.shape", "expected a list of non-negative integers", "shape")
+    if shape[0] > max_rows:
+        raise RequestError(
+            413, "observations", f"batch of {shape[0]} above the limit of {max_rows}", "batch_limit"
+        )
+    if not isinstance(data, str):
+        raise RequestError(422, "observations.base64", "expected a base64 string", "encoding")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestError(422, "observations.base64", "not valid base64", "encoding") from None
+    expected = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if len(raw) != expected:
+        raise RequestError(
+            422,
+            "observations.base64",
+            f"{len(raw)} bytes, but shape {shape} of {dtype} takes {expected}",
+            "shape",
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _nested_lists(rows: list[Any], max_rows: int) -> np.ndarray:
+    if len(rows) > max_rows:
+        raise RequestError(
+            413, "observations", f"batch of {len(rows)} above the limit of {max_rows}", "batch_limit"
+        )
+    try:
+        batch = np.asarray(rows)
+    except ValueError:  # ragged rows
+        raise RequestError(422, "observations", "rows of different lengths", "shape") from None
+    if batch.dtype.kind not in "biuf":
+        kind = "strings" if batch.dtype.kind == "U" else "mixed or nested values"
+        raise RequestError(422, "observations", f"expected numbers, got {kind}", "dtype")
+    return batch
+
+
+def parse_act_request(body: bytes, spec: ObservationSpec, max_rows: int) -> np.ndarray:
+    """The checked float32 observation batch of an ``/v1/act`` body, or a RequestError."""
+    try:
+        request = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, "body", f"malformed JSON ({exc})", "malformed_json") from None
+    if not isinstance(request, dict):
+        raise RequestError(422, "body", "expected a JSON object with 'observations'", "not_an_object")
+    unknown = sorted(set(request) - set(FIELDS))
+    if unknown:
+        raise RequestError(422, unknown[0], f"unknown field; allowed: {', '.join(FIELDS)}", "unknown_field")
+    deterministic = request.get("deterministic", True)
+    if deterministic is not True:
+        message = "only deterministic actions are served (true, the default)"
+        raise RequestError(422, "deterministic", message, "deterministic")
+    if "observations" not in request:
+        raise RequestError(422, "observations", "missing", "missing_field")
+    observations = request["observations"]
+    if isinstance(observations, dict):
+        batch = _decode_encoded(observations, max_rows)
+    elif isinstance(observations, list):
+        batch = _nested_lists(observations, max_rows)
+    else:
+        message = "expected a list of observations or {base64, dtype, shape}"
+        raise RequestError(422, "observations", message, "dtype")
+    try:
+        return spec.check(batch)
+    except ObservationError as exc:
+        reason = "empty_batch" if batch.size == 0 else "observation"
+        raise RequestError(422, "observations", str(exc), reason) from None
+
+
+def act_response(actions: np.ndarray, policy: str, iteration: Any) -> bytes:
+    """The JSON body answering an ``/v1/act`` request."""
+    return json.dumps({"actions": actions.tolist(), "policy": policy, "iteration": iteration}).encode()

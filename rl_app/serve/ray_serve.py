@@ -1,0 +1,172 @@
+"""``rl_app serve --ray-serve``: the same policy and API as a Ray Serve deployment, for scale.
+
+The policy file travels to the replicas inside the deployment's arguments (Ray's object store),
+so replicas on other machines of a cluster need no shared disk. Batching is ``@serve.batch``;
+the request and response format is :mod:`rl_app.serve.protocol`'s, answers equal the
+lightweight server's.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import signal
+import tempfile
+import threading
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+
+from rl_app.serve.app import JSON, ServeSettings
+from rl_app.serve.policy import SPEC, ServedPolicy, load_served_policy
+from rl_app.serve.protocol import RequestError, act_response, parse_act_request
+from rl_app.serve.server import policy_source, read_token
+
+APP_NAME = "rl_app"
+
+
+@serve.deployment
+class PolicyDeployment:
+    """One replica: the exported policy, loaded from the bytes it was deployed with."""
+
+    def __init__(self, spec: dict[str, Any], file: str, data: bytes, settings: dict[str, Any]) -> None:
+        self._folder = tempfile.TemporaryDirectory(prefix="rl_app-replica-")
+        folder = Path(self._folder.name)
+        (folder / SPEC).write_text(json.dumps(spec))
+        (folder / file).write_bytes(data)
+        self.policy = load_served_policy(folder)
+        self.settings = ServeSettings(**settings)
+        batched: Any = self.act_batch  # @serve.batch's wrapper, which typing sees as the plain method
+        batched.set_max_batch_size(self.settings.max_batch_size)
+        batched.set_batch_wait_timeout_s(self.settings.max_wait_ms / 1000)
+
+    @serve.batch(max_batch_size=256, batch_wait_timeout_s=0.0)
+    async def act_batch(self, batches: list[np.ndarray]) -> list[np.ndarray]:
+        actions = self.policy.act(np.concatenate(batches) if len(batches) > 1 else batches[0])
+        bounds = np.cumsum([len(batch) for batch in batches])[:-1]
+        return list(np.split(actions, bounds))
+
+    def _authorized(self, request: Request) -> bool:
+        token = self.settings.token
+        provided = request.headers.get("authorization", "")
+        return token is None or hmac.compare_digest(provided.encode(), f"Bearer {token}".encode())
+
+    async def __call__(self, request: Request) -> Response:
+        path, method = request.url.path.rstrip("/"), request.method
+        try:
+            if path != "/v1/health" and not self._authorized(request):
+                raise RequestError(401, "authorization", "missing or wrong bearer token", "unauthorized")
+            if (method, path) == ("GET", "/v1/health"):
+                body = {
+                    "status": "ok",
+                    "policy": self.policy.name,
+                    "iteration": self.policy.spec.get("iteration"),
+                }
+                return Response(json.dumps(body).encode(), media_type=JSON)
+            if (method, path) == ("GET", "/v1/metadata"):
+                return Response(
+                    json.dumps({**self.policy.metadata(), "ray_serve": True}).encode(), media_type=JSON
+                )
+            if (method, path) != ("POST", "/v1/act"):
+                raise RequestError(404, "path", f"{method} {path}: not found", "http_404")
+            content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if content_type != JSON:
+                raise RequestError(
+                    415, "content-type", f"expected {JSON}, got {content_type or 'none'}", "content_type"
+                )
+            body_bytes = await request.body()
+            if len(body_bytes) > self.settings.max_body_bytes:
+                message = f"above the limit of {self.settings.max_body_bytes} bytes"
+                raise RequestError(413, "body", message, "body_limit")
+            observations = parse_act_request(
+                body_bytes, self.policy.observations, self.settings.max_batch_size
+            )
+        except RequestError as error:
+            return Response(error.body(), status_code=error.status, media_type=JSON)
+        actions = await self.act_batch(observations)
+        answer = act_response(actions, self.policy.name, self.policy.spec.get("iteration"))
+        return Response(answer, media_type=JSON)
+
+
+def deploy_policy(
+    policy: ServedPolicy,
+    settings: ServeSettings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    replicas: int = 1,
+    max_replicas: int | None = None,
+    max_ongoing_requests: int = 256,
+) -> None:
+    """Deploy ``policy`` on the Ray this process is connected to, HTTP on ``host:port``."""
+    data = (policy.folder / policy.file).read_bytes()
+    scaling: dict[str, Any] = (
+        {"autoscaling_config": {"min_replicas": replicas, "max_replicas": max_replicas}}
+        if max_replicas and max_replicas > replicas
+        else {"num_replicas": replicas}
+    )
+    # Replicas reserve no CPU: a policy this small shares cores with the proxy, and on a small
+    # machine a reservation per replica would leave none for training beside it.
+    deployment = PolicyDeployment.options(  # type: ignore[attr-defined]
+        max_ongoing_requests=max_ongoing_requests, ray_actor_options={"num_cpus": 0}, **scaling
+    )
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(
+        deployment.bind(policy.spec, policy.file, data, asdict(settings)),
+        name=APP_NAME,
+        route_prefix="/",
+        blocking=False,
+    )
+
+
+def serve_on_ray(
+    location: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    token_file: Path | None = None,
+    fmt: str | None = None,
+    settings: ServeSettings | None = None,
+    replicas: int = 1,
+    max_replicas: int | None = None,
+    max_ongoing_requests: int = 256,
+    address: str | None = None,
+    runs_root: Path = Path("runs"),
+    allow_version_mismatch: bool = False,
+) -> None:
+    """Deploy the policy at ``location`` on Ray Serve and serve until Ctrl-C or SIGTERM."""
+    from rl_app.cluster.session import ray_session
+
+    token = read_token(token_file, host)
+    settings = ServeSettings(**{**asdict(settings or ServeSettings()), "token": token})
+    with policy_source(location, fmt, runs_root, allow_version_mismatch) as source:
+        policy = source()
+        stop = threading.Event()
+        with ray_session(address):
+            for signum in (signal.SIGINT, signal.SIGTERM):  # after Ray's start, which installs its own
+                signal.signal(signum, lambda *_: stop.set())
+            try:
+                deploy_policy(
+                    policy,
+                    settings,
+                    host=host,
+                    port=port,
+                    replicas=replicas,
+                    max_replicas=max_replicas,
+                    max_ongoing_requests=max_ongoing_requests,
+                )
+                scale = f"{replicas}-{max_replicas}" if max_replicas else str(replicas)
+                print(
+                    f"Serving {policy.name} (iteration {policy.spec.get('iteration')}, {policy.file}) on Ray "
+                    f"Serve at http://{host}:{port} ({scale} replicas, max batch {settings.max_batch_size}"
+                    f"{', bearer token required' if token else ''})",
+                    flush=True,
+                )
+                stop.wait()
+            finally:
+                serve.shutdown()

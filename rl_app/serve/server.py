@@ -1,0 +1,155 @@
+"""``rl_app serve``: load a policy, check the address and token, and run the app on uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import shutil
+import signal
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+from rl_app.errors import UserError, error_detail
+from rl_app.serve.app import PolicyService, ServeSettings, build_app
+from rl_app.serve.policy import SPEC, ServedPolicy, load_served_policy
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(token_file: Path | None, host: str) -> str | None:
+    """The API token from ``token_file``; required when ``host`` is not a loopback address."""
+    if token_file is None:
+        if not is_loopback(host):
+            raise UserError(
+                f"--host {host} is reachable from other machines: give --token-file with an API token "
+                "(clients send it as 'Authorization: Bearer <token>')"
+            )
+        return None
+    try:
+        token = token_file.read_text().strip()
+    except OSError as exc:
+        raise UserError(f"--token-file {token_file}: cannot read it ({error_detail(exc)})") from None
+    if len(token) < 16:
+        raise UserError(f"--token-file {token_file}: the token must be at least 16 characters")
+    return token
+
+
+@contextmanager
+def policy_source(
+    location: str, fmt: str | None, runs_root: Path, allow_version_mismatch: bool = False
+) -> Iterator[Callable[[], ServedPolicy]]:
+    """A function loading the policy at ``location`` now, again at each reload.
+
+    An export folder (``policy.json``) is read as it is, with numpy and onnxruntime alone. A run
+    folder, checkpoint or storage URI is exported first (its newest checkpoint each time) into a
+    scratch folder removed on exit; that needs the training environment.
+    """
+    folder = Path(location)
+    if (folder / SPEC).is_file():
+        yield lambda: load_served_policy(folder, fmt)
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="rl_app-serve-"))
+    exports = itertools.count()
+
+    def export_and_load() -> ServedPolicy:
+        import io
+
+        from rich.console import Console
+
+        from rl_app.policy.export import export_policy
+
+        target = scratch / f"export-{next(exports)}"
+        export_policy(
+            location,
+            fmt or "onnx",
+            target,
+            runs_root=runs_root,
+            allow_version_mismatch=allow_version_mismatch,
+            console=Console(file=io.StringIO()),
+        )
+        return load_served_policy(target, fmt)
+
+    try:
+        yield export_and_load
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (0: a free port), or a one-line error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port} ({error_detail(exc)})") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    location: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    token_file: Path | None = None,
+    fmt: str | None = None,
+    settings: ServeSettings | None = None,
+    runs_root: Path = Path("runs"),
+    allow_version_mismatch: bool = False,
+) -> None:
+    """Serve the policy at ``location`` over HTTP until Ctrl-C or SIGTERM; SIGHUP reloads it."""
+    import uvicorn
+
+    token = read_token(token_file, host)
+    settings = ServeSettings(**{**asdict(settings or ServeSettings()), "token": token})
+    with policy_source(location, fmt, runs_root, allow_version_mismatch) as source:
+        policy = source()
+        service = PolicyService(
+            policy, settings, reload_policy=source, log=lambda line: print(line, flush=True)
+        )
+        app = build_app(service)
+        sock = bind(host, port)
+        address = sock.getsockname()
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            timeout_keep_alive=30,
+            lifespan="on",
+        )
+        server = uvicorn.Server(config)
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(service.reload()))
+            batching = f"max batch {settings.max_batch_size}, max wait {settings.max_wait_ms:g} ms"
+            print(
+                f"Serving {policy.name} (iteration {policy.spec.get('iteration')}, {policy.file}) "
+                f"on http://{address[0]}:{address[1]} ({batching}"
+                f"{', bearer token required' if token else ''}); SIGHUP or POST /v1/reload reloads",
+                flush=True,
+            )
+            await server.serve(sockets=[sock])
+
+        try:
+            with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:  # uvloop when installed
+                runner.run(run())
+        finally:
+            sock.close()

@@ -1,0 +1,417 @@
+"""`rl_app serve` as a real process on a free 127.0.0.1 port, answered over real HTTP: actions equal
+RLlib's, bad requests are 4xx and harmless, reload under load loses nothing, tokens, start-up
+errors, the lightweight import set, and Ray Serve answering like the lightweight server."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import rllib_actions
+
+from rl_app.runs.checkpoints import list_checkpoints
+from rl_app.training.run import train
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.ray
+TINY = {
+    "ppo_cartpole": ["training.train_batch_size_per_learner=400", "training.minibatch_size=100"],
+    "dqn_cartpole": [],
+    "sac_pendulum": [],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    os.environ["RL_APP_EXPERIMENTS_DIR"] = str(REPO / "experiments")
+    root = tmp_path_factory.mktemp("runs")
+    settings = ["stop.iterations=2", "evaluation.interval=0", "checkpoint.every=1"]
+    return {name: train(name, [*extra, *settings], runs_root=root).run_dir for name, extra in TINY.items()}
+
+
+@pytest.fixture(scope="module")
+def exports(runs: dict[str, Path]) -> dict[str, Path]:
+    """An ONNX export of each run's first and last checkpoint: ``<name>`` and ``<name>@1``."""
+    from rl_app.policy.export import export_policy
+
+    folders = {}
+    for name, run_dir in runs.items():
+        first, *_, last = list_checkpoints(run_dir)
+        for key, checkpoint in ((f"{name}@1", first), (name, last)):
+            folders[key] = run_dir / f"export-{key.replace('@', '-')}"
+            export_policy(str(checkpoint), "onnx", folders[key])
+    return folders
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Answer:
+    status: int
+    body: dict[str, Any]
+    text: str
+
+
+def request(
+    port: int, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> Answer:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        sent = {"content-type": "application/json", **(headers or {})} if data is not None else headers or {}
+        connection.request(method, path, body=data, headers=sent)
+        response = connection.getresponse()
+        text = response.read().decode()
+    finally:
+        connection.close()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = {}
+    return Answer(response.status, parsed if isinstance(parsed, dict) else {}, text)
+
+
+def act(port: int, observations: Any, **headers: str) -> Answer:
+    return request(port, "POST", "/v1/act", {"observations": observations}, headers)
+
+
+@dataclass
+class Server:
+    port: int
+    process: subprocess.Popen[str]
+
+
+@contextmanager
+def serving(*args: str, timeout: float = 120) -> Iterator[Server]:
+    """``rl_app serve ARGS`` on a free port, answering /v1/health; stopped with SIGTERM after."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rl_app", "serve", *args, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert process.poll() is None, process.communicate()[0]
+            try:
+                if request(port, "GET", "/v1/health").status == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the server never answered /v1/health"
+            time.sleep(0.1)
+        yield Server(port, process)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def sample_observations(count: int, space: dict[str, Any], seed: int = 0) -> np.ndarray:
+    """Observations inside the space's bounds (and inside [-1, 1], where the policies were trained)."""
+    low = np.maximum([-1.0 if v is None else v for v in space["low"]], -1.0)
+    high = np.minimum([1.0 if v is None else v for v in space["high"]], 1.0)
+    return np.random.default_rng(seed).uniform(low, high, size=(count, *space["shape"])).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", list(TINY))
+def test_served_actions_equal_rllib_deterministic_actions(
+    runs: dict[str, Path], exports: dict[str, Path], name: str
+) -> None:
+    # PPO is served straight from its run folder (exported on the fly), the others from an export.
+    source = runs[name] if name == "ppo_cartpole" else exports[name]
+    spec = json.loads((exports[name] / "policy.json").read_text())
+    obs = sample_observations(32, spec["observation_space"])
+    expected = rllib_actions(list_checkpoints(runs[name])[-1], obs)
+    with serving(str(source)) as server:
+        batch = act(server.port, obs.tolist())
+        one_by_one = [act(server.port, [row.tolist()]) for row in obs[:8]]
+        encoded = {
+            "base64": base64.b64encode(obs.tobytes()).decode(),
+            "dtype": "float32",
+            "shape": list(obs.shape),
+        }
+        compact = act(server.port, encoded)
+        metadata = request(server.port, "GET", "/v1/metadata").body
+
+    assert batch.status == 200, batch.text
+    assert batch.body["policy"] == f"{name}/{runs[name].name}" and batch.body["iteration"] == 2
+    served = np.asarray(batch.body["actions"])
+    singles = np.concatenate([np.asarray(answer.body["actions"]) for answer in one_by_one])
+    if spec["action_space"]["type"] == "Discrete":
+        np.testing.assert_array_equal(served, expected)
+        np.testing.assert_array_equal(singles, expected[:8])
+    else:
+        low, high = spec["action_space"]["low"], spec["action_space"]["high"]
+        assert served.shape == expected.shape and (served >= low).all() and (served <= high).all()
+        np.testing.assert_allclose(served, expected, atol=1e-5)
+        np.testing.assert_allclose(singles, expected[:8], atol=1e-5)
+    assert compact.body["actions"] == batch.body["actions"]
+    assert (
+        metadata["algorithm"] == spec["algorithm"]
+        and metadata["observation_space"] == spec["observation_space"]
+    )
+    assert metadata["versions"]["ray"] and metadata["iteration"] == 2
+
+
+BAD_REQUESTS: dict[str, tuple[Any, dict[str, str], int, str]] = {
+    # name: (body, headers, expected status, field named in the error)
+    "wrong shape": ({"observations": [[0.1, 0.2, 0.3]]}, {}, 422, "observations"),
+    "strings": ({"observations": [["a", "b", "c", "d"]]}, {}, 422, "observations"),
+    "NaN": (b'{"observations": [[NaN, 0, 0, 0]]}', {}, 422, "observations"),
+    "infinity": (b'{"observations": [[Infinity, 0, 0, 0]]}', {}, 422, "observations"),
+    "outside the space": ({"observations": [[9.0, 0, 0, 0]]}, {}, 422, "observations"),
+    "empty batch": ({"observations": []}, {}, 422, "observations"),
+    "ragged rows": ({"observations": [[0, 0, 0, 0], [0, 0]]}, {}, 422, "observations"),
+    "batch above the limit": ({"observations": [[0, 0, 0, 0]] * 9}, {}, 413, "observations"),
+    "body above the limit": ({"observations": [[0, 0, 0, 0]], "pad": "x" * 3000}, {}, 413, "body"),
+    "wrong content type": (
+        b'{"observations": [[0, 0, 0, 0]]}',
+        {"content-type": "text/plain"},
+        415,
+        "content-type",
+    ),
+    "malformed JSON": (b'{"observations": [[0, 0, 0, 0]', {}, 400, "body"),
+    "unknown field": ({"observations": [[0, 0, 0, 0]], "temperature": 1}, {}, 422, "temperature"),
+    "not an object": ([[0, 0, 0, 0]], {}, 422, "body"),
+    "missing observations": ({"deterministic": True}, {}, 422, "observations"),
+    "sampling asked": ({"observations": [[0, 0, 0, 0]], "deterministic": False}, {}, 422, "deterministic"),
+    "bad base64": (
+        {"observations": {"base64": "@@", "dtype": "float32", "shape": [1, 4]}},
+        {},
+        422,
+        "base64",
+    ),
+    "base64 of the wrong size": (
+        {
+            "observations": {
+                "base64": base64.b64encode(b"\0" * 12).decode(),
+                "dtype": "float32",
+                "shape": [1, 4],
+            }
+        },
+        {},
+        422,
+        "base64",
+    ),
+    "unknown dtype": (
+        {"observations": {"base64": "", "dtype": "complex64", "shape": [0, 4]}},
+        {},
+        422,
+        "dtype",
+    ),
+}
+
+
+def test_bad_requests_get_4xx_with_one_line_and_the_server_keeps_serving(exports: dict[str, Path]) -> None:
+    limits = ["--max-batch-size", "8", "--max-body-bytes", "2000"]
+    with serving(str(exports["ppo_cartpole"]), *limits) as server:
+        answers = {}
+        for name, (body, headers, _, _) in BAD_REQUESTS.items():
+            answers[name] = request(server.port, "POST", "/v1/act", body, headers)
+            assert act(server.port, [[0.0, 0.0, 0.0, 0.0]]).status == 200, f"not serving after {name!r}"
+        wrong_method = request(server.port, "GET", "/v1/act")
+        unknown_path = request(server.port, "POST", "/v2/act", {"observations": [[0, 0, 0, 0]]})
+        metrics = request(server.port, "GET", "/metrics").text
+        assert server.process.poll() is None
+
+    for name, (_, _, status, field) in BAD_REQUESTS.items():
+        answer = answers[name]
+        assert answer.status == status, (name, answer.text)
+        assert "\n" not in answer.text and field in answer.body["error"].split(":")[0], (name, answer.text)
+    assert wrong_method.status == 405 and unknown_path.status == 404
+    refused = sum(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("rl_app_serve_bad_requests_total")
+    )
+    assert refused == len(BAD_REQUESTS) + 2
+    assert f'rl_app_serve_requests_total{{route="act",status="200"}} {float(len(BAD_REQUESTS))}' in metrics
+
+
+def test_requests_arriving_together_run_as_one_batch(exports: dict[str, Path]) -> None:
+    with serving(str(exports["ppo_cartpole"])) as server:
+        barrier = threading.Barrier(32)
+        statuses: list[int] = []
+
+        def client() -> None:
+            barrier.wait()
+            statuses.extend(act(server.port, [[0.0, 0.0, 0.0, 0.0]]).status for _ in range(20))
+
+        threads = [threading.Thread(target=client) for _ in range(32)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        metrics = request(server.port, "GET", "/metrics").text
+    assert statuses == [200] * 640
+    values = {
+        line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line and line[0] != "#"
+    }
+    assert values["rl_app_serve_batch_rows_sum"] == 640
+    assert values["rl_app_serve_batch_rows_count"] < 640  # some model calls took several requests
+
+
+def test_reload_under_load_loses_no_request_and_refuses_other_spaces(
+    exports: dict[str, Path], tmp_path: Path
+) -> None:
+    served = tmp_path / "served"
+    shutil.copytree(exports["ppo_cartpole@1"], served)
+    with serving(str(served)) as server:
+        stop = threading.Event()
+        answers: list[Answer] = []
+
+        def client() -> None:
+            while not stop.is_set():
+                answers.append(act(server.port, [[0.01, 0.0, 0.0, 0.0]]))
+
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        shutil.copytree(exports["ppo_cartpole"], served, dirs_exist_ok=True)  # a newer export, same run
+        reloaded = request(server.port, "POST", "/v1/reload")
+        time.sleep(0.5)
+        shutil.copytree(exports["sac_pendulum"], served, dirs_exist_ok=True)  # another env's policy
+        refused = request(server.port, "POST", "/v1/reload")
+        time.sleep(0.5)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        after_refusal = act(server.port, [[0.01, 0.0, 0.0, 0.0]])
+        shutil.copytree(exports["ppo_cartpole@1"], served, dirs_exist_ok=True)
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while request(server.port, "GET", "/v1/health").body["iteration"] != 1:
+            assert time.monotonic() < deadline, "SIGHUP did not reload"
+            time.sleep(0.1)
+
+    assert reloaded.status == 200 and reloaded.body["iteration"] == 2, reloaded.text
+    assert refused.status == 409 and "space" in refused.body["error"]
+    assert answers and all(answer.status == 200 for answer in answers)
+    iterations = [answer.body["iteration"] for answer in answers]
+    assert iterations[0] == 1 and iterations[-1] == 2 and set(iterations) == {1, 2}
+    assert after_refusal.status == 200 and after_refusal.body["iteration"] == 2
+
+
+def test_a_token_is_required_off_loopback_and_checked_on_every_route_but_health(
+    exports: dict[str, Path], tmp_path: Path
+) -> None:
+    exposed = subprocess.run(
+        [sys.executable, "-m", "rl_app", "serve", str(exports["ppo_cartpole"]), "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert exposed.returncode == 2 and "--token-file" in exposed.stderr
+    assert len(exposed.stderr.strip().splitlines()) == 1
+    token = "s3cret-token-for-tests"
+    (tmp_path / "token").write_text(token + "\n")
+    with serving(str(exports["ppo_cartpole"]), "--token-file", str(tmp_path / "token")) as server:
+        missing = act(server.port, [[0.0, 0.0, 0.0, 0.0]])
+        wrong = act(server.port, [[0.0, 0.0, 0.0, 0.0]], authorization="Bearer nope")
+        right = act(server.port, [[0.0, 0.0, 0.0, 0.0]], authorization=f"Bearer {token}")
+        metadata = request(server.port, "GET", "/v1/metadata")
+    assert (missing.status, wrong.status, right.status, metadata.status) == (401, 401, 200, 401)
+
+
+def test_a_missing_or_corrupt_policy_at_start_up_is_one_line_and_exit_2(
+    exports: dict[str, Path], tmp_path: Path
+) -> None:
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(exports["ppo_cartpole"], corrupt)
+    (corrupt / "policy.onnx").write_bytes(b"not an onnx model")
+    unreadable = tmp_path / "unreadable"
+    shutil.copytree(exports["ppo_cartpole"], unreadable)
+    (unreadable / "policy.json").write_text("{")
+    missing_file = tmp_path / "missing-file"
+    shutil.copytree(exports["ppo_cartpole"], missing_file)
+    (missing_file / "policy.onnx").unlink()
+    cases = {
+        corrupt: "policy.onnx",
+        unreadable: "policy.json",
+        missing_file: "policy.json",
+        tmp_path / "nowhere": "",
+    }
+    for folder, named in cases.items():
+        result = subprocess.run(
+            [sys.executable, "-m", "rl_app", "serve", str(folder), "--port", str(free_port())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 2, (folder, result.stdout, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and named in result.stderr, result.stderr
+
+
+def test_serving_an_export_imports_neither_ray_nor_torch(exports: dict[str, Path]) -> None:
+    script = """
+import sys, numpy as np
+import rl_app.cli
+from rl_app.serve.app import PolicyService, ServeSettings, build_app
+from rl_app.serve.policy import load_served_policy
+from rl_app.serve.protocol import parse_act_request
+import rl_app.serve.server
+policy = load_served_policy(__import__("pathlib").Path(sys.argv[1]))
+build_app(PolicyService(policy, ServeSettings()))
+obs = parse_act_request(b'{"observations": [[0, 0, 0, 0]]}', policy.observations, 8)
+assert policy.act(obs).shape == (1,)
+heavy = sorted(m for m in ("ray", "torch", "gymnasium", "rich", "pydantic") if m in sys.modules)
+assert not heavy, heavy
+"""
+    subprocess.run([sys.executable, "-c", script, str(exports["ppo_cartpole"])], check=True, timeout=60)
+
+
+def test_ray_serve_answers_like_the_lightweight_server(exports: dict[str, Path]) -> None:
+    from ray import serve
+
+    from rl_app.serve.app import ServeSettings
+    from rl_app.serve.policy import load_served_policy
+    from rl_app.serve.ray_serve import deploy_policy
+
+    space = json.loads((exports["ppo_cartpole"] / "policy.json").read_text())["observation_space"]
+    obs = sample_observations(16, space, seed=1).tolist()
+    with serving(str(exports["ppo_cartpole"])) as server:
+        expected = [act(server.port, obs), act(server.port, [[0.1, 0.2, 0.3]])]
+    port = free_port()
+    deploy_policy(load_served_policy(exports["ppo_cartpole"]), ServeSettings(max_batch_size=8), port=port)
+    try:
+        answers = [act(port, obs[:8]), act(port, [[0.1, 0.2, 0.3]]), act(port, obs[:9])]
+        concurrent: list[Answer] = [Answer(0, {}, "")] * 8
+
+        def one(i: int) -> None:
+            concurrent[i] = act(port, [obs[i]])
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        serve.shutdown()
+    assert answers[0].status == 200 and answers[0].body["actions"] == expected[0].body["actions"][:8]
+    assert answers[0].body["policy"] == expected[0].body["policy"]
+    assert (answers[1].status, answers[1].body["error"]) == (expected[1].status, expected[1].body["error"])
+    assert answers[2].status == 413
+    assert [a.body["actions"][0] for a in concurrent] == expected[0].body["actions"][:8]
