@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep clean-env
+.PHONY: help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -71,6 +71,10 @@ export: setup ## export RUN's policy (FORMAT=torchscript|onnx)
 	@[ -n "$(RUN)" ] || { echo "make export: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
 	$(BIN)/rl_app export $(RUN) --format $(or $(FORMAT),torchscript) $(ARGS)
 
+serve: setup ## answer HTTP on 127.0.0.1:8000 with RUN's policy (a run, checkpoint or export folder; PORT=8000)
+	@[ -n "$(RUN)" ] || { echo "make serve: set RUN=runs/<experiment>/<timestamp> (or its export folder)"; exit 2; }
+	$(BIN)/rl_app serve $(RUN) --port $(or $(PORT),8000) $(ARGS)
+
 runs: setup ## list runs with status, best return and last checkpoint
 	@$(BIN)/rl_app runs $(ARGS)
 
@@ -113,6 +117,9 @@ bench-quick: setup ## start-up, sampling and learner throughput only (~3 min)
 
 bench-learning: setup ## train every shipped experiment as shipped and check its target return
 	$(BIN)/python bench/learning.py $(EXPS)
+
+bench-serve: setup ## rl_app serve vs Ray Serve vs a plain FastAPI endpoint: req/s, p50/p99 at c=1,8,64 (~3 min)
+	$(BIN)/python bench/serve.py $(ARGS)
 
 bench-sweep: setup ## run ppo_cartpole_sweep and check its best against hand-tuned ppo_cartpole
 	$(BIN)/python bench/sweep.py $(EXP_SWEEP)
