@@ -196,7 +196,14 @@ BAD_REQUESTS: dict[str, tuple[Any, dict[str, str], int, str]] = {
     "unknown field": ({"observations": [[0, 0, 0, 0]], "temperature": 1}, {}, 422, "temperature"),
     "not an object": ([[0, 0, 0, 0]], {}, 422, "body"),
     "missing observations": ({"deterministic": True}, {}, 422, "observations"),
-    "sampling asked": ({"observations": [[0, 0, 0, 0]], "deterministic": False}, {}, 422, "deterministic"),
+    "deterministic not a bool": (
+        {"observations": [[0, 0, 0, 0]], "deterministic": "no"},
+        {},
+        422,
+        "deterministic",
+    ),
+    "seed without sampling": ({"observations": [[0, 0, 0, 0]], "seed": 3}, {}, 422, "seed"),
+    "negative seed": ({"observations": [[0, 0, 0, 0]], "deterministic": False, "seed": -1}, {}, 422, "seed"),
     "bad base64": (
         {"observations": {"base64": "@@", "dtype": "float32", "shape": [1, 4]}},
         {},
@@ -248,6 +255,69 @@ def test_bad_requests_get_4xx_with_one_line_and_the_server_keeps_serving(exports
     )
     assert refused == len(BAD_REQUESTS) + 2
     assert f'rl_app_serve_requests_total{{route="act",status="200"}} {float(len(BAD_REQUESTS))}' in metrics
+
+
+def rllib_sampled_actions(checkpoint: Path, obs: np.ndarray, draws: int) -> np.ndarray:
+    """``draws`` actions for ``obs`` sampled the way RLlib's env runners explore, then unsquashed."""
+    import torch
+    from ray.rllib.core.rl_module.rl_module import RLModule
+    from ray.rllib.utils.spaces.space_utils import unsquash_action
+
+    module = RLModule.from_checkpoint(str(checkpoint / "learner_group/learner/rl_module/default_policy"))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out = module.forward_exploration({"obs": torch.as_tensor(np.repeat(obs[None], draws, axis=0))})
+        actions = (
+            module.get_exploration_action_dist_cls().from_logits(out["action_dist_inputs"]).sample().numpy()
+        )
+    return unsquash_action(actions, module.action_space) if actions.dtype.kind == "f" else actions
+
+
+@pytest.mark.parametrize("name", ["ppo_cartpole", "sac_pendulum"])
+def test_sampled_actions_follow_rllibs_exploration_distribution_and_repeat_with_a_seed(
+    runs: dict[str, Path], exports: dict[str, Path], name: str
+) -> None:
+    spec = json.loads((exports[name] / "policy.json").read_text())
+    one = sample_observations(1, spec["observation_space"], seed=3)[0]
+    rows = [one.tolist()] * 250
+    with serving(str(exports[name])) as server:
+        sampled = [
+            request(server.port, "POST", "/v1/act", {"observations": rows, "deterministic": False, "seed": s})
+            for s in range(8)
+        ]
+        again = request(
+            server.port, "POST", "/v1/act", {"observations": rows, "deterministic": False, "seed": 0}
+        )
+        unseeded = request(server.port, "POST", "/v1/act", {"observations": rows, "deterministic": False})
+        metadata = request(server.port, "GET", "/v1/metadata").body
+
+    assert all(answer.status == 200 for answer in [*sampled, again, unseeded]), sampled[0].text
+    assert (
+        again.body["actions"] == sampled[0].body["actions"]
+        and sampled[1].body["actions"] != sampled[0].body["actions"]
+    )
+    served = np.concatenate([np.asarray(answer.body["actions"]) for answer in sampled])
+    reference = rllib_sampled_actions(list_checkpoints(runs[name])[-1], one, len(served))
+    if name == "ppo_cartpole":
+        assert metadata["sampling"] == "categorical"
+        # 2,000 draws each: frequencies agree within ~4 standard errors.
+        assert abs(np.mean(served == 1) - np.mean(reference == 1)) < 0.045
+    else:
+        assert metadata["sampling"] == "squashed_gaussian"
+        low, high = spec["action_space"]["low"][0], spec["action_space"]["high"][0]
+        assert (served >= low).all() and (served <= high).all()
+        assert abs(served.mean() - reference.mean()) < 4 * reference.std() / np.sqrt(len(served)) + 0.02
+        assert abs(served.std() - reference.std()) < 0.1 * reference.std() + 0.02
+
+
+def test_a_policy_without_a_distribution_refuses_sampling(exports: dict[str, Path]) -> None:
+    with serving(str(exports["dqn_cartpole"])) as server:
+        answer = act_sampled = request(
+            server.port, "POST", "/v1/act", {"observations": [[0.0, 0.0, 0.0, 0.0]], "deterministic": False}
+        )
+        metadata = request(server.port, "GET", "/v1/metadata").body
+    assert act_sampled.status == 422 and answer.body["field"] == "deterministic"
+    assert metadata["sampling"] is None
 
 
 def test_requests_arriving_together_run_as_one_batch(exports: dict[str, Path]) -> None:
@@ -375,8 +445,8 @@ from rl_app.serve.protocol import parse_act_request
 import rl_app.serve.server
 policy = load_served_policy(__import__("pathlib").Path(sys.argv[1]))
 build_app(PolicyService(policy, ServeSettings()))
-obs = parse_act_request(b'{"observations": [[0, 0, 0, 0]]}', policy.observations, 8)
-assert policy.act(obs).shape == (1,)
+parsed = parse_act_request(b'{"observations": [[0, 0, 0, 0]]}', policy.observations, 8)
+assert policy.act(parsed.observations).shape == (1,)
 heavy = sorted(m for m in ("ray", "torch", "gymnasium", "rich", "pydantic") if m in sys.modules)
 assert not heavy, heavy
 """

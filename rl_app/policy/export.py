@@ -66,7 +66,12 @@ def export_policy(
     import torch
 
     from rl_app.library_logs import capture_rllib_logs, library_log_note, write_library_logs
-    from rl_app.policy.module import load_policy, space_description
+    from rl_app.policy.module import (
+        PolicyWithDistInputs,
+        load_policy,
+        sampled_distribution,
+        space_description,
+    )
 
     if fmt not in FILENAMES:
         raise UserError(f"export format '{fmt}' is not one of: {', '.join(FILENAMES)}")
@@ -78,6 +83,9 @@ def export_policy(
     target = out_dir / FILENAMES[fmt]
     policy = load_policy(checkpoint)
     example = _example_batch(policy.observation_space)
+    # ONNX exports also return the distribution inputs, so a server can sample actions too;
+    # TorchScript keeps one output, the actions (what ``torch.jit.load(...)(obs)`` users expect).
+    distribution = sampled_distribution(policy, example) if fmt == "onnx" else None
     out_dir.mkdir(parents=True, exist_ok=True)
     if not verbose:
         write_library_logs(out_dir)
@@ -89,18 +97,24 @@ def export_policy(
                 torch.jit.trace(policy, example).save(str(staged))
             else:
                 torch.onnx.export(
-                    policy,
+                    PolicyWithDistInputs(policy) if distribution else policy,
                     (example,),
                     str(staged),
                     input_names=["obs"],
-                    output_names=["action"],
+                    output_names=["action", "dist_inputs"] if distribution else ["action"],
                     dynamic_shapes={"obs": {0: torch.export.Dim("batch", min=1)}},
                     dynamo=True,
                     external_data=False,  # one self-contained file
                     verbose=False,
                 )
         shutil.move(str(staged), target)
-    exported = {"format": fmt, "checkpoint": str(checkpoint), "iteration": info.iteration}
+    exported = {
+        "format": fmt,
+        "checkpoint": str(checkpoint),
+        "iteration": info.iteration,
+        # Which distribution the file's second output ("dist_inputs") parameterizes; None: actions only.
+        "sampling": distribution,
+    }
     write_json(
         out_dir / "policy.json",
         {

@@ -65,6 +65,37 @@ class Policy(torch.nn.Module):
         return action.astype(self.action_space.dtype)
 
 
+# RLlib's exploration distributions a served policy can sample from, by the names policy.json uses.
+SAMPLED_DISTRIBUTIONS = {
+    "TorchCategorical": "categorical",
+    "TorchDiagGaussian": "diag_gaussian",
+    "TorchSquashedGaussian": "squashed_gaussian",
+}
+
+
+class PolicyWithDistInputs(torch.nn.Module):
+    """``forward(obs) -> (deterministic actions, action distribution inputs)``: what a server needs
+    to also sample actions (PPO, APPO, SAC); the first output is :class:`Policy`'s."""
+
+    def __init__(self, policy: Policy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dist_inputs = self.policy.module.forward_inference({"obs": obs})["action_dist_inputs"]
+        return self.policy(obs), dist_inputs
+
+
+def sampled_distribution(policy: Policy, example: torch.Tensor) -> str | None:
+    """The policy.json name of the distribution its actions are sampled from; None for policies
+    whose exploration is not sampling from their outputs (DQN's epsilon-greedy) or unknown ones."""
+    with torch.no_grad():
+        out = policy.module.forward_inference({"obs": example})
+    if "actions" in out or "action_dist_inputs" not in out:
+        return None
+    return SAMPLED_DISTRIBUTIONS.get(policy.module.get_exploration_action_dist_cls().__name__)
+
+
 def load_policy(checkpoint: Path, explore: bool = False) -> Policy:
     """The policy of an rl_app checkpoint, in eval mode on the CPU."""
     from rl_app.rllib.algorithm import load_module

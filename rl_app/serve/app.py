@@ -33,7 +33,7 @@ from starlette.routing import Route
 from rl_app.errors import UserError, error_detail
 from rl_app.serve.batching import DynamicBatcher
 from rl_app.serve.policy import ServedPolicy
-from rl_app.serve.protocol import RequestError, act_response, parse_act_request
+from rl_app.serve.protocol import RequestError, act_response, chosen_actions, parse_act_request
 
 JSON = "application/json"
 
@@ -176,18 +176,19 @@ def build_app(service: PolicyService) -> Starlette:
                 )
             body = await _read_body(request, settings.max_body_bytes)
             policy = service.policy
-            observations = parse_act_request(body, policy.observations, settings.max_batch_size)
+            parsed = parse_act_request(body, policy.observations, settings.max_batch_size, policy.sampling)
         except RequestError as error:
             return _error(error, metrics, "act")
         except ClientDisconnect:
             return Response(status_code=499)
         try:
-            actions, used = await service.batcher.submit(observations)
+            actions, dist_inputs, used = await service.batcher.submit(parsed.observations)
+            actions = chosen_actions(parsed, actions, dist_inputs, used)
         except Exception as exc:  # the model failed on a checked batch: the server's fault
             metrics.requests.labels("act", "500").inc()
             body = json.dumps({"error": f"policy: {error_detail(exc)}", "field": "policy"}).encode()
             return Response(body, status_code=500, media_type=JSON)
-        answer = act_response(actions, used.name, used.spec.get("iteration"))
+        answer = act_response(actions, used.name, used.spec.get("iteration"), parsed.deterministic)
         metrics.requests.labels("act", "200").inc()
         metrics.latency.observe(time.perf_counter() - started)
         return Response(answer, media_type=JSON)

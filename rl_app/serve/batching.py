@@ -24,7 +24,8 @@ INLINE_ROWS = 8
 
 
 class DynamicBatcher:
-    """``await submit(policy_getter, rows)`` -> (actions for those rows, the policy that computed them)."""
+    """``await submit(rows)`` -> (actions for those rows, their distribution inputs or None, the policy
+    that computed them)."""
 
     def __init__(
         self,
@@ -54,13 +55,13 @@ class DynamicBatcher:
             await asyncio.gather(self._worker, return_exceptions=True)
         self._executor.shutdown(wait=True)
 
-    async def submit(self, observations: np.ndarray) -> tuple[np.ndarray, Any]:
+    async def submit(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, Any]:
         assert self._arrived is not None, "start() the batcher first"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((observations, future))
         self._queued_rows += len(observations)
         self._arrived.set()
-        result: tuple[np.ndarray, Any] = await future
+        result: tuple[np.ndarray, np.ndarray | None, Any] = await future
         return result
 
     def _take_batch(self) -> list[tuple[np.ndarray, asyncio.Future[Any]]]:
@@ -97,9 +98,11 @@ class DynamicBatcher:
             self.in_flight += 1
             try:
                 if len(observations) <= INLINE_ROWS:
-                    actions = policy.act(observations)
+                    actions, dist_inputs = policy.infer(observations)
                 else:
-                    actions = await loop.run_in_executor(self._executor, policy.act, observations)
+                    actions, dist_inputs = await loop.run_in_executor(
+                        self._executor, policy.infer, observations
+                    )
             except Exception as exc:  # a failing batch fails its requests, not the server
                 for _, future in live:
                     if not future.done():
@@ -111,5 +114,6 @@ class DynamicBatcher:
             start = 0
             for rows, future in live:
                 if not future.done():
-                    future.set_result((actions[start : start + len(rows)], policy))
+                    rows_dist = None if dist_inputs is None else dist_inputs[start : start + len(rows)]
+                    future.set_result((actions[start : start + len(rows)], rows_dist, policy))
                 start += len(rows)

@@ -94,8 +94,8 @@ class _OnnxModel:
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        return np.asarray(self.session.run(None, {self.input_name: obs})[0])
+    def __call__(self, obs: np.ndarray) -> list[np.ndarray]:
+        return [np.asarray(output) for output in self.session.run(None, {self.input_name: obs})]
 
 
 class _TorchScriptModel:
@@ -106,9 +106,9 @@ class _TorchScriptModel:
         self.torch = torch
         self.module = torch.jit.load(str(path), map_location="cpu").eval()
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
+    def __call__(self, obs: np.ndarray) -> list[np.ndarray]:
         with self.torch.inference_mode():
-            return np.asarray(self.module(self.torch.from_numpy(obs)).numpy())
+            return [np.asarray(self.module(self.torch.from_numpy(obs)).numpy())]
 
 
 @dataclass
@@ -140,10 +140,40 @@ class ServedPolicy:
         """The observation and action space descriptions; a reload must keep them."""
         return self.spec["observation_space"], self.spec["action_space"]
 
+    @property
+    def sampling(self) -> str | None:
+        """The distribution sampled actions come from (``policy.json``); None: deterministic only."""
+        entry = self.spec.get("files", {}).get(self.file, {})
+        return entry.get("sampling") if isinstance(entry, dict) else None
+
+    def infer(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Deterministic actions for a checked float32 batch, as the export computes them, and the
+        action distribution's inputs where the export has them."""
+        outputs = self.model(observations)
+        actions = outputs[0].astype(np.int64, copy=False) if self.discrete_actions else outputs[0]
+        return actions, outputs[1] if self.sampling and len(outputs) > 1 else None
+
     def act(self, observations: np.ndarray) -> np.ndarray:
-        """Deterministic actions for a checked float32 batch, as the export computes them."""
-        actions = self.model(observations)
-        return actions.astype(np.int64, copy=False) if self.discrete_actions else actions
+        """Deterministic actions for a checked float32 batch."""
+        return self.infer(observations)[0]
+
+    def sample(self, dist_inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Actions sampled from the distribution ``dist_inputs`` parameterize, as RLlib's exploration
+        samples them: then rescaled to a bounded Box's bounds and clipped, as evaluation does."""
+        if self.sampling == "categorical":
+            return np.argmax(dist_inputs + rng.gumbel(size=dist_inputs.shape), axis=-1).astype(np.int64)
+        loc, log_std = np.split(dist_inputs.astype(np.float64), 2, axis=-1)
+        if self.sampling == "squashed_gaussian":
+            log_std = np.clip(log_std, -5.0, 2.0)  # RLlib's MIN/MAX_LOG_NN_OUTPUT
+        actions = loc + np.exp(log_std) * rng.standard_normal(loc.shape)
+        if self.sampling == "squashed_gaussian":
+            actions = np.tanh(actions)
+        space = self.spec["action_space"]
+        if None not in space.get("low", [None]) + space.get("high", [None]):
+            low = np.asarray(space["low"]).reshape(space["shape"])
+            high = np.asarray(space["high"]).reshape(space["shape"])
+            actions = np.clip(low + (actions + 1.0) * (high - low) / 2.0, low, high)
+        return actions.astype(np.float32)
 
     def metadata(self) -> dict[str, Any]:
         keys = (
@@ -161,7 +191,7 @@ class ServedPolicy:
             if "files" in self.spec
             else self.spec["format"],
             "file": self.file,
-            "deterministic": True,
+            "sampling": self.sampling,
             "observation_encodings": ["nested lists", "base64 of the raw array (dtype, shape)"],
             **{key: self.spec[key] for key in keys if key in self.spec},
         }

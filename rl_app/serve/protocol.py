@@ -3,6 +3,7 @@
 Request (JSON)::
 
     {"observations": [[0.01, 0.02, 0.03, 0.04]], "deterministic": true}
+    {"observations": [[0.01, 0.02, 0.03, 0.04]], "deterministic": false, "seed": 7}   # sampled
     {"observations": {"base64": "<raw C-order bytes>", "dtype": "uint8", "shape": [1, 84, 84, 4]}}
 
 Response: ``{"actions": [1], "policy": "ppo_cartpole/<stamp>", "iteration": 10}``.
@@ -18,11 +19,20 @@ from typing import Any
 
 import numpy as np
 
-from rl_app.serve.policy import ObservationError, ObservationSpec
+from rl_app.serve.policy import ObservationError, ObservationSpec, ServedPolicy
 
-FIELDS = ("observations", "deterministic")
+FIELDS = ("observations", "deterministic", "seed")
 ENCODED_FIELDS = ("base64", "dtype", "shape")
 ENCODED_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool")
+
+
+@dataclass(frozen=True)
+class ActRequest:
+    """A checked ``/v1/act`` request."""
+
+    observations: np.ndarray  # (N, *shape) float32
+    deterministic: bool = True
+    seed: int | None = None  # sampled actions only; None: fresh randomness
 
 
 @dataclass
@@ -90,8 +100,11 @@ def _nested_lists(rows: list[Any], max_rows: int) -> np.ndarray:
     return batch
 
 
-def parse_act_request(body: bytes, spec: ObservationSpec, max_rows: int) -> np.ndarray:
-    """The checked float32 observation batch of an ``/v1/act`` body, or a RequestError."""
+def parse_act_request(
+    body: bytes, spec: ObservationSpec, max_rows: int, sampling: str | None = None
+) -> ActRequest:
+    """The checked ``/v1/act`` request in ``body``, or a RequestError. ``sampling``: the served
+    policy's distribution (None: it serves deterministic actions only)."""
     try:
         request = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -101,10 +114,20 @@ def parse_act_request(body: bytes, spec: ObservationSpec, max_rows: int) -> np.n
     unknown = sorted(set(request) - set(FIELDS))
     if unknown:
         raise RequestError(422, unknown[0], f"unknown field; allowed: {', '.join(FIELDS)}", "unknown_field")
-    deterministic = request.get("deterministic", True)
-    if deterministic is not True:
-        message = "only deterministic actions are served (true, the default)"
+    deterministic, seed = request.get("deterministic", True), request.get("seed")
+    if not isinstance(deterministic, bool):
+        raise RequestError(
+            422, "deterministic", f"expected true or false, got {deterministic!r}", "deterministic"
+        )
+    if not deterministic and sampling is None:
+        message = "this policy serves deterministic actions only (its export has no action distribution)"
         raise RequestError(422, "deterministic", message, "deterministic")
+    if seed is not None and (type(seed) is not int or not 0 <= seed < 2**63):
+        raise RequestError(422, "seed", f"expected an integer in [0, 2**63), got {seed!r}", "seed")
+    if seed is not None and deterministic:
+        raise RequestError(
+            422, "seed", "a seed only applies to sampled actions (deterministic: false)", "seed"
+        )
     if "observations" not in request:
         raise RequestError(422, "observations", "missing", "missing_field")
     observations = request["observations"]
@@ -116,12 +139,25 @@ def parse_act_request(body: bytes, spec: ObservationSpec, max_rows: int) -> np.n
         message = "expected a list of observations or {base64, dtype, shape}"
         raise RequestError(422, "observations", message, "dtype")
     try:
-        return spec.check(batch)
+        checked = spec.check(batch)
     except ObservationError as exc:
         reason = "empty_batch" if batch.size == 0 else "observation"
         raise RequestError(422, "observations", str(exc), reason) from None
+    return ActRequest(checked, deterministic, seed)
 
 
-def act_response(actions: np.ndarray, policy: str, iteration: Any) -> bytes:
+def chosen_actions(
+    request: ActRequest, actions: np.ndarray, dist_inputs: np.ndarray | None, policy: ServedPolicy
+) -> np.ndarray:
+    """The deterministic actions, or ones sampled with the request's seed."""
+    if request.deterministic or dist_inputs is None:
+        return actions
+    return policy.sample(dist_inputs, np.random.default_rng(request.seed))
+
+
+def act_response(actions: np.ndarray, policy: str, iteration: Any, deterministic: bool = True) -> bytes:
     """The JSON body answering an ``/v1/act`` request."""
-    return json.dumps({"actions": actions.tolist(), "policy": policy, "iteration": iteration}).encode()
+    answer = {"actions": actions.tolist(), "policy": policy, "iteration": iteration}
+    if not deterministic:
+        answer["deterministic"] = False
+    return json.dumps(answer).encode()

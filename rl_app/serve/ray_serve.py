@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from rl_app.serve.app import JSON, ServeSettings
 from rl_app.serve.policy import SPEC, ServedPolicy, load_served_policy
-from rl_app.serve.protocol import RequestError, act_response, parse_act_request
+from rl_app.serve.protocol import RequestError, act_response, chosen_actions, parse_act_request
 from rl_app.serve.server import policy_source, read_token
 
 APP_NAME = "rl_app"
@@ -46,10 +46,11 @@ class PolicyDeployment:
         batched.set_batch_wait_timeout_s(self.settings.max_wait_ms / 1000)
 
     @serve.batch(max_batch_size=256, batch_wait_timeout_s=0.0)
-    async def act_batch(self, batches: list[np.ndarray]) -> list[np.ndarray]:
-        actions = self.policy.act(np.concatenate(batches) if len(batches) > 1 else batches[0])
+    async def act_batch(self, batches: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        actions, dist_inputs = self.policy.infer(np.concatenate(batches) if len(batches) > 1 else batches[0])
         bounds = np.cumsum([len(batch) for batch in batches])[:-1]
-        return list(np.split(actions, bounds))
+        split_dist = [None] * len(batches) if dist_inputs is None else np.split(dist_inputs, bounds)
+        return list(zip(np.split(actions, bounds), split_dist, strict=True))
 
     def _authorized(self, request: Request) -> bool:
         token = self.settings.token
@@ -83,13 +84,16 @@ class PolicyDeployment:
             if len(body_bytes) > self.settings.max_body_bytes:
                 message = f"above the limit of {self.settings.max_body_bytes} bytes"
                 raise RequestError(413, "body", message, "body_limit")
-            observations = parse_act_request(
-                body_bytes, self.policy.observations, self.settings.max_batch_size
+            parsed = parse_act_request(
+                body_bytes, self.policy.observations, self.settings.max_batch_size, self.policy.sampling
             )
         except RequestError as error:
             return Response(error.body(), status_code=error.status, media_type=JSON)
-        actions = await self.act_batch(observations)
-        answer = act_response(actions, self.policy.name, self.policy.spec.get("iteration"))
+        actions, dist_inputs = await self.act_batch(parsed.observations)
+        actions = chosen_actions(parsed, actions, dist_inputs, self.policy)
+        answer = act_response(
+            actions, self.policy.name, self.policy.spec.get("iteration"), parsed.deterministic
+        )
         return Response(answer, media_type=JSON)
 
 
