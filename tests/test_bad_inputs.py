@@ -65,7 +65,7 @@ CASES = {
     "unknown algorithm": (
         GOOD.replace("PPO", "PPX"),
         ["show", "bad"],
-        ["algorithm", "did you mean 'PPO'?", "PPO, APPO, DQN, SAC"],
+        ["algorithm", "did you mean 'PPO'?", "PPO, APPO, IMPALA, DQN, SAC"],
     ),
     "missing algorithm": (
         "env: CartPole-v1\nstop: {timesteps: 10}\n",

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rl_app.config.schema import DQNTraining, PPOTraining, SACTraining, TrainingSection
+from rl_app.config.schema import (
+    APPOTraining,
+    DQNTraining,
+    IMPALATraining,
+    PPOTraining,
+    SACTraining,
+    TrainingSection,
+)
 
 
 @dataclass(frozen=True)
@@ -18,7 +25,7 @@ class AlgorithmSpec:
     # "module:Class" of its AlgorithmConfig in RLlib's algorithms package (see rl_app/rllib/config.py).
     rllib_config: str
     training: type[TrainingSection]
-    # Samples while the learner updates (APPO); synchronous ones alternate the two.
+    # Samples while the learner updates (IMPALA, APPO); synchronous ones alternate the two.
     asynchronous_sampling: bool = False
 
 
@@ -26,7 +33,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec
     for spec in (
         AlgorithmSpec("PPO", "ppo:PPOConfig", PPOTraining),
-        AlgorithmSpec("APPO", "appo:APPOConfig", PPOTraining, asynchronous_sampling=True),
+        AlgorithmSpec("APPO", "appo:APPOConfig", APPOTraining, asynchronous_sampling=True),
+        AlgorithmSpec("IMPALA", "impala:IMPALAConfig", IMPALATraining, asynchronous_sampling=True),
         AlgorithmSpec("DQN", "dqn:DQNConfig", DQNTraining),
         AlgorithmSpec("SAC", "sac:SACConfig", SACTraining),
     )

@@ -144,6 +144,33 @@ class PPOTraining(TrainingSection):
     use_gae: bool | None = None
 
 
+class IMPALATraining(TrainingSection):
+    """IMPALA's V-trace actor-critic, learning from batches the env runners sample asynchronously."""
+
+    vtrace: bool | None = None
+    vtrace_clip_rho_threshold: PositiveFloat | None = None
+    vtrace_clip_pg_rho_threshold: PositiveFloat | None = None
+    vf_loss_coeff: Annotated[float, Field(ge=0)] | None = None
+    entropy_coeff: Annotated[float, Field(ge=0)] | None = None
+    broadcast_interval: PositiveInt | None = Field(None, description="Updates between weight syncs.")
+    learner_queue_size: PositiveInt | None = None
+
+
+class APPOTraining(IMPALATraining):
+    """APPO: IMPALA with PPO's clipped surrogate objective and a target network."""
+
+    lambda_: Fraction | None = Field(None, alias="lambda")
+    use_gae: bool | None = None
+    clip_param: PositiveFloat | None = None
+    use_kl_loss: bool | None = None
+    kl_coeff: Annotated[float, Field(ge=0)] | None = None
+    kl_target: PositiveFloat | None = None
+    target_network_update_freq: NonNegativeInt | None = None
+    tau: Fraction | None = None
+    circular_buffer_num_batches: PositiveInt | None = None
+    circular_buffer_iterations_per_batch: PositiveInt | None = None
+
+
 class ReplayBufferSection(Section):
     type: Literal["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"] = "PrioritizedEpisodeReplayBuffer"
     capacity: PositiveInt = 50_000
