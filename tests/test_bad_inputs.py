@@ -14,6 +14,17 @@ from rl_app.cli import main
 GOOD = "algorithm: PPO\nenv: CartPole-v1\ntraining: {lr: 0.001}\nstop: {timesteps: 1000}\n"
 
 
+QLEARNING = """\
+algorithm: QLearning
+env: CartPole-v1
+training:
+  bins: [6, 6, 12, 12]
+  low: [-2.4, -3.0, -0.21, -3.5]
+  high: [2.4, 3.0, 0.21, 3.5]
+stop: {timesteps: 40000}
+"""
+
+
 def sweep(space_line: str, extra: str = "") -> str:
     """GOOD with a one-key sweep section (and ``extra`` lines of it)."""
     return f"{GOOD}sweep:\n  space:\n    {space_line}\n{extra}"
@@ -65,7 +76,7 @@ CASES = {
     "unknown algorithm": (
         GOOD.replace("PPO", "PPX"),
         ["show", "bad"],
-        ["algorithm", "did you mean 'PPO'?", "PPO, APPO, IMPALA, DQN, SAC"],
+        ["algorithm", "did you mean 'PPO'?", "PPO, APPO, IMPALA, DQN, SAC, QLearning"],
     ),
     "missing algorithm": (
         "env: CartPole-v1\nstop: {timesteps: 10}\n",
@@ -227,6 +238,33 @@ CASES = {
         GOOD.replace("env: CartPole-v1", "env: broken_envs:FourTuple"),
         ["train", "bad"],
         ["step() must return (observation, reward, terminated, truncated, info)"],
+    ),
+    "tabular bins per dimension": (
+        QLEARNING.replace("bins: [6, 6, 12, 12]", "bins: [6, 6]")
+        .replace("  low: [-2.4, -3.0, -0.21, -3.5]\n", "")
+        .replace("  high: [2.4, 3.0, 0.21, 3.5]\n", ""),
+        ["train", "bad"],
+        ["training.bins", "one bin count per observation dimension (4)"],
+    ),
+    "tabular unbounded observations": (
+        QLEARNING.replace("  low: [-2.4, -3.0, -0.21, -3.5]\n", "").replace(
+            "  high: [2.4, 3.0, 0.21, 3.5]\n", ""
+        ),
+        ["show", "bad"],
+        ["training.low", "unbounded", "clipping bounds"],
+    ),
+    "tabular continuous actions": (
+        QLEARNING.replace("CartPole-v1", "Pendulum-v1")
+        .replace("[6, 6, 12, 12]", "[6, 6, 6]")
+        .replace("[-2.4, -3.0, -0.21, -3.5]", "[-1, -1, -8]")
+        .replace("[2.4, 3.0, 0.21, 3.5]", "[1, 1, 8]"),
+        ["train", "bad"],
+        ["tabular Q-learning needs Discrete actions", "Box"],
+    ),
+    "tabular sweep": (
+        QLEARNING + "sweep:\n  space:\n    training.lr: {uniform: [0.05, 0.2]}\n",
+        ["sweep", "bad"],
+        ["a sweep runs RLlib algorithms; QLearning is the tabular baseline"],
     ),
     "runs json of nothing": (None, ["runs", "--json", "--runs-dir", "nowhere"], ["runs folder 'nowhere'"]),
 }

@@ -1,21 +1,24 @@
 """The algorithm registry: one entry per supported algorithm.
 
 Adding an RLlib algorithm (IMPALA, ...) is one entry here; if its hyperparameters are
-not covered by an existing training section, add a section to the schema.
+not covered by an existing training section, add a section to the schema. QLearning is the
+one algorithm RLlib does not run: its backend is :mod:`rl_app.tabular`.
 This package imports neither Ray nor torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from rl_app.config.schema import (
     APPOTraining,
     DQNTraining,
     IMPALATraining,
     PPOTraining,
+    QLearningTraining,
     SACTraining,
-    TrainingSection,
+    Section,
 )
 
 
@@ -24,9 +27,10 @@ class AlgorithmSpec:
     name: str
     # "module:Class" of its AlgorithmConfig in RLlib's algorithms package (see rl_app/rllib/config.py).
     rllib_config: str
-    training: type[TrainingSection]
+    training: type[Section]
     # Samples while the learner updates (IMPALA, APPO); synchronous ones alternate the two.
     asynchronous_sampling: bool = False
+    backend: Literal["rllib", "tabular"] = "rllib"
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
@@ -37,6 +41,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         AlgorithmSpec("IMPALA", "impala:IMPALAConfig", IMPALATraining, asynchronous_sampling=True),
         AlgorithmSpec("DQN", "dqn:DQNConfig", DQNTraining),
         AlgorithmSpec("SAC", "sac:SACConfig", SACTraining),
+        AlgorithmSpec("QLearning", "", QLearningTraining, backend="tabular"),
     )
 }
 

@@ -171,6 +171,32 @@ class APPOTraining(IMPALATraining):
     circular_buffer_iterations_per_batch: PositiveInt | None = None
 
 
+class QLearningTraining(Section):
+    """Tabular Q-learning: continuous observations are cut into ``bins`` per dimension between
+    ``low`` and ``high`` (values outside are clipped into the end bins); discrete ones need none."""
+
+    lr: Annotated[float, Field(gt=0, le=1)] = Field(0.1, description="Step size of each Q update.")
+    gamma: Annotated[float, Field(gt=0, le=1)] = 0.99
+    epsilon: Schedule = Field(
+        [(0, 1.0), (100_000, 0.02)], description="[[timestep, epsilon], ...], linear in between"
+    )
+    bins: list[PositiveInt] | None = Field(None, description="Bins per observation dimension (Box).")
+    low: list[float] | None = Field(None, description="Lower clipping bound per dimension.")
+    high: list[float] | None = Field(None, description="Upper clipping bound per dimension.")
+    num_envs: PositiveInt = Field(16, description="Envs stepped together (a gymnasium vector env).")
+    steps_per_iteration: PositiveInt = Field(20_000, description="Env steps per training iteration.")
+
+    @model_validator(mode="after")
+    def _bounds_match_bins(self) -> QLearningTraining:
+        for key in ("low", "high"):
+            value = getattr(self, key)
+            if value is not None and (self.bins is None or len(value) != len(self.bins)):
+                raise ValueError(f"{key} needs one value per entry of bins")
+        if self.low and self.high and any(lo >= hi for lo, hi in zip(self.low, self.high, strict=True)):
+            raise ValueError("each low must be below its high")
+        return self
+
+
 class ReplayBufferSection(Section):
     type: Literal["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"] = "PrioritizedEpisodeReplayBuffer"
     capacity: PositiveInt = 50_000
@@ -345,7 +371,7 @@ class SweepSection(Section):
     max_failures: NonNegativeInt = Field(1, description="Retries of a crashed trial before it errors.")
 
 
-T = TypeVar("T", bound=TrainingSection)
+T = TypeVar("T", bound=Section)
 
 
 class Experiment(Section, Generic[T]):

@@ -67,6 +67,7 @@ def export_policy(
 
     from rl_app.library_logs import capture_rllib_logs, library_log_note, write_library_logs
     from rl_app.policy.module import (
+        Policy,
         PolicyWithDistInputs,
         load_policy,
         sampled_distribution,
@@ -85,7 +86,9 @@ def export_policy(
     example = _example_batch(policy.observation_space)
     # ONNX exports also return the distribution inputs, so a server can sample actions too;
     # TorchScript keeps one output, the actions (what ``torch.jit.load(...)(obs)`` users expect).
-    distribution = sampled_distribution(policy, example) if fmt == "onnx" else None
+    distribution = (
+        sampled_distribution(policy, example) if fmt == "onnx" and isinstance(policy, Policy) else None
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     if not verbose:
         write_library_logs(out_dir)
@@ -97,7 +100,7 @@ def export_policy(
                 torch.jit.trace(policy, example).save(str(staged))
             else:
                 torch.onnx.export(
-                    PolicyWithDistInputs(policy) if distribution else policy,
+                    PolicyWithDistInputs(policy) if distribution and isinstance(policy, Policy) else policy,
                     (example,),
                     str(staged),
                     input_names=["obs"],

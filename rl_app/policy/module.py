@@ -16,6 +16,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rl_app.errors import UserError
+
 
 class Policy(torch.nn.Module):
     """``forward(obs_batch) -> action_batch``; traceable for TorchScript and ONNX when not exploring."""
@@ -96,8 +98,54 @@ def sampled_distribution(policy: Policy, example: torch.Tensor) -> str | None:
     return SAMPLED_DISTRIBUTIONS.get(policy.module.get_exploration_action_dist_cls().__name__)
 
 
-def load_policy(checkpoint: Path, explore: bool = False) -> Policy:
+class TabularPolicy(torch.nn.Module):
+    """The greedy policy of a Q-table: discretize the observation as training did, take the argmax.
+
+    Traceable for TorchScript and ONNX like :class:`Policy`, with the same ``act``."""
+
+    q: torch.Tensor
+    bins: torch.Tensor
+    strides: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(
+        self, q_table: np.ndarray, discretizer: Any, observation_space: Any, action_space: Any
+    ) -> None:
+        super().__init__()
+        self.observation_space, self.action_space = observation_space, action_space
+        self.discrete = bool(discretizer.discrete_n)
+        self.register_buffer("q", torch.as_tensor(q_table, dtype=torch.float32))
+        bins = discretizer.bins or (1,)
+        self.register_buffer("bins", torch.as_tensor(bins, dtype=torch.int64))
+        self.register_buffer("strides", torch.as_tensor(discretizer.strides() if discretizer.bins else [1]))
+        self.register_buffer("low", torch.as_tensor(discretizer.low or (0.0,), dtype=torch.float32))
+        self.register_buffer("high", torch.as_tensor(discretizer.high or (1.0,), dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            rows = obs.reshape(-1).to(torch.int64)
+        else:
+            cells = torch.floor((obs - self.low) / (self.high - self.low) * self.bins).to(torch.int64)
+            cells = torch.minimum(torch.clamp(cells, min=0), self.bins - 1)
+            rows = (cells * self.strides).sum(dim=-1)
+        return self.q[rows].argmax(dim=-1)
+
+    act = Policy.act
+
+
+def load_policy(checkpoint: Path, explore: bool = False) -> Policy | TabularPolicy:
     """The policy of an rl_app checkpoint, in eval mode on the CPU."""
+    from rl_app.tabular.qlearning import Q_TABLE, load_q_table, load_spaces
+
+    if (checkpoint / Q_TABLE).is_file():
+        if explore:
+            raise UserError(
+                "--explore: the tabular Q-learning policy is greedy (epsilon is for training only)"
+            )
+        q_table, discretizer = load_q_table(checkpoint)
+        return TabularPolicy(q_table, discretizer, *load_spaces(checkpoint)).eval()
+
     from rl_app.rllib.algorithm import load_module
 
     module = load_module(checkpoint)

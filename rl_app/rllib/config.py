@@ -28,7 +28,8 @@ def algorithm_build_modules(experiment: ExperimentConfig) -> list[str]:
     ``ray_session(preload=...)``: the module of its RLlib ``AlgorithmConfig``, and
     torch._inductor, which RLlib's seeding (torch.use_deterministic_algorithms) imports on
     first use (~0.8 s here)."""
-    return [_config_module(algorithm_spec(experiment.algorithm)), "torch._inductor"]
+    spec = algorithm_spec(experiment.algorithm)
+    return [_config_module(spec), "torch._inductor"] if spec.backend == "rllib" else []
 
 
 def _config_class(spec: AlgorithmSpec) -> type[AlgorithmConfig]:

@@ -13,17 +13,13 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rl_app.config import ExperimentConfig
 from rl_app.config.schema import StopSection
-from rl_app.rllib.algorithm import reseed_env_runners, restore_algorithm, save_algorithm
-from rl_app.rllib.results import evaluation_return, metrics_from_result
 from rl_app.runs.checkpoints import CheckpointInfo, installed_versions, read_info, write_marker
 from rl_app.runs.progress import IterationMetrics
-
-if TYPE_CHECKING:
-    from rl_app.rllib.algorithm import Algorithm
+from rl_app.training.learners import Learner
 
 LOOP_STATE = "rl_app_state.pkl"
 LEGACY_RNG_STATE = "rng_state.pkl"  # what checkpoints of earlier versions hold instead
@@ -51,7 +47,7 @@ def stop_reason(stop: StopSection, metrics: IterationMetrics, evaluated: bool) -
 
 @dataclass
 class Step:
-    """One iteration: our metrics, RLlib's whole result (for TensorBoard), and the stop rule's verdict."""
+    """One iteration: our metrics, the learner's whole result (for TensorBoard), the stop verdict."""
 
     metrics: IterationMetrics
     result: dict[str, Any]
@@ -59,16 +55,21 @@ class Step:
 
 
 class TrainingLoop:
-    """Trains ``algo`` one iteration at a time and saves or loads everything a resume needs."""
+    """Trains ``learner`` one iteration at a time and saves or loads everything a resume needs."""
 
-    def __init__(self, algo: Algorithm, experiment: ExperimentConfig, name: str) -> None:
-        self.algo, self.experiment, self.name = algo, experiment, name
+    def __init__(self, learner: Learner, experiment: ExperimentConfig, name: str) -> None:
+        self.learner, self.experiment, self.name = learner, experiment, name
         self.iteration = 0
         self.timesteps = 0
         self.last: IterationMetrics | None = None
         self.latest_eval_return = math.nan  # the most recent evaluation, whichever iteration ran it
         self._elapsed_before = 0.0
         self._started = time.monotonic()
+
+    @property
+    def algo(self) -> Any:
+        """The RLlib ``Algorithm`` being trained (RLlib learners only)."""
+        return self.learner.algo  # type: ignore[attr-defined]
 
     @property
     def elapsed_s(self) -> float:
@@ -81,9 +82,7 @@ class TrainingLoop:
 
     def step(self) -> Step:
         """Train one iteration; its metrics and whether a stop criterion is met."""
-        result = self.algo.train()
-        interval = self.experiment.evaluation.interval
-        metrics = metrics_from_result(result, self.timesteps, self.elapsed_s, interval)
+        metrics, result = self.learner.train(self.timesteps, self.elapsed_s)
         self.iteration, self.timesteps, self.last = metrics.iteration, metrics.timesteps, metrics
         if not math.isnan(metrics.eval_return_mean):
             self.latest_eval_return = metrics.eval_return_mean
@@ -91,7 +90,7 @@ class TrainingLoop:
 
     def evaluate(self) -> float:
         """Evaluate the current policy now, outside the schedule; its mean return."""
-        self.latest_eval_return = evaluation_return(self.algo.evaluate())
+        self.latest_eval_return = self.learner.evaluate()
         return self.latest_eval_return
 
     def save(self, folder: Path) -> CheckpointInfo:
@@ -109,7 +108,7 @@ class TrainingLoop:
             replay_buffer=self.experiment.checkpoint.replay_buffer,
             versions=installed_versions(),
         )
-        save_algorithm(self.algo, folder, replay_buffer=info.replay_buffer)
+        self.learner.save(folder, replay_buffer=info.replay_buffer)
         with (folder / LOOP_STATE).open("wb") as handle:
             pickle.dump(self._state(), handle)
         write_marker(folder, info)
@@ -120,8 +119,8 @@ class TrainingLoop:
         seeds (``seed + iteration``, so the episodes after it are not the first ones again),
         then the driver's RNGs, counters and clock as they were saved."""
         info = read_info(checkpoint)
-        restore_algorithm(self.algo, checkpoint)
-        reseed_env_runners(self.algo, (self.experiment.seed or 0) + info.iteration)
+        self.learner.restore(checkpoint)
+        self.learner.reseed((self.experiment.seed or 0) + info.iteration)
         self.iteration, self.timesteps = info.iteration, info.timesteps
         state = _read_state(checkpoint)
         if "numpy" in state:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from rl_app.algorithms import algorithm_spec
 from rl_app.config import ExperimentConfig
 from rl_app.console.tables import output_console
 from rl_app.errors import UserError, first_line
@@ -216,7 +217,7 @@ def train(
     from rl_app.cluster.resources import plan_resources
     from rl_app.cluster.session import ray_session
     from rl_app.library_logs import library_log_note, write_library_logs
-    from rl_app.rllib.config import algorithm_build_modules, algorithm_config, resolved_settings
+    from rl_app.rllib.config import algorithm_build_modules
     from rl_app.runs.storage import open_storage
 
     console = console or output_console()
@@ -234,11 +235,11 @@ def train(
 
     with ray_session(address, verbose=verbose, preload=algorithm_build_modules(experiment)) as cluster:
         from rl_app.console.progress import ProgressPrinter
-        from rl_app.rllib.algorithm import build_algorithm, warm_start
+        from rl_app.training.learners import prepare_learner
         from rl_app.training.loop import TrainingLoop
 
         resource_plan = plan_resources(experiment, cluster.num_cpus, cluster.num_gpus)
-        config = algorithm_config(experiment, resource_plan, plan.source)
+        resolved, build_learner = prepare_learner(experiment, resource_plan, plan.source)
         start = StartPoint()
         if plan.resume_checkpoint is not None:
             assert plan.run_dir is not None
@@ -254,7 +255,7 @@ def train(
                 run_dir,
                 experiment_name=plan.name,
                 experiment_file=plan.experiment_file,
-                resolved=resolved_settings(experiment, config),
+                resolved=resolved,
                 overrides=plan.overrides,
                 resources={**asdict(resource_plan), "cluster_address": cluster.address},
                 argv=sys.argv,
@@ -265,8 +266,11 @@ def train(
         write_status(run_dir, "running")
         if mirror is not None:
             mirror.push("metadata.json", "experiment.yaml", "config.yaml", "command.txt", "status.json")
-        _print_start(console, plan, resource_plan.describe(), run_dir, mirror)
-        loop = TrainingLoop(build_algorithm(config), experiment, plan.name)
+        resources = resource_plan.describe()
+        if algorithm_spec(experiment.algorithm).backend == "tabular":
+            resources = "tabular, numpy on the driver: no env runners, no learner"
+        _print_start(console, plan, resources, run_dir, mirror)
+        loop = TrainingLoop(build_learner(), experiment, plan.name)
         try:
             if plan.resume_checkpoint is not None:
                 loop.load(plan.resume_checkpoint)
@@ -275,7 +279,7 @@ def train(
                     f"{start.timesteps:,} timesteps"
                 )
             if plan.init_checkpoint is not None:
-                warm_start(loop.algo, plan.init_checkpoint)
+                loop.learner.warm_start(plan.init_checkpoint)
                 console.print(f"Weights initialised from {plan.init_checkpoint}")
             printer = ProgressPrinter(console, experiment.stop.timesteps, experiment.stop.time_s)
             syncing = (
@@ -285,7 +289,7 @@ def train(
             )
             summary = TrainingRun(loop, run_dir, printer, syncing, start).run()
         finally:
-            loop.algo.stop()
+            loop.learner.stop()
     if plan.resume_checkpoint is not None:
         summary.resumed_from = str(plan.resume_checkpoint)
     _print_summary(console, summary)

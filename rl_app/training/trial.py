@@ -75,13 +75,14 @@ class ExperimentTrial(tune.Trainable):
         evaluate_at_end: bool = False,
     ) -> None:
         from rl_app.library_logs import capture_library_logs
-        from rl_app.rllib.algorithm import build_experiment
+        from rl_app.training.learners import prepare_learner
         from rl_app.training.loop import TrainingLoop
 
         capture_library_logs()
         source = f"sweep trial {self.trial_id}"
         trial = trial_experiment(experiment, config, source)
-        self.loop = TrainingLoop(build_experiment(trial, plan, source), trial, name)
+        _, build_learner = prepare_learner(trial, plan, source)
+        self.loop = TrainingLoop(build_learner(), trial, name)
         # Ranked by eval_return: a trial that stops before its first scheduled evaluation
         # is evaluated once at its end rather than ranked last without a score.
         self.evaluate_at_end = evaluate_at_end
@@ -122,4 +123,4 @@ class ExperimentTrial(tune.Trainable):
             super().restore(replacement)
 
     def cleanup(self) -> None:
-        self.loop.algo.stop()
+        self.loop.learner.stop()

@@ -1,0 +1,156 @@
+"""What the training loop drives: an RLlib ``Algorithm``, or the tabular Q-learning baseline,
+behind one small interface (train an iteration, evaluate, save, restore, reseed, warm start)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from rl_app.algorithms import algorithm_spec
+from rl_app.cluster.resources import ResourcePlan
+from rl_app.config import ExperimentConfig
+from rl_app.errors import UserError
+from rl_app.runs.progress import IterationMetrics
+
+
+class Learner(Protocol):
+    def train(self, previous_timesteps: int, elapsed_s: float) -> tuple[IterationMetrics, dict[str, Any]]:
+        """One iteration: our metrics and the whole result (for TensorBoard)."""
+        ...
+
+    def evaluate(self) -> float: ...
+
+    def save(self, folder: Path, replay_buffer: bool) -> None: ...
+
+    def restore(self, checkpoint: Path) -> None: ...
+
+    def reseed(self, seed: int) -> None: ...
+
+    def warm_start(self, checkpoint: Path) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class RLlibLearner:
+    """An RLlib ``Algorithm`` (kept as ``algo``), through the functions of :mod:`rl_app.rllib`."""
+
+    def __init__(self, algo: Any, evaluation_interval: int) -> None:
+        self.algo, self.evaluation_interval = algo, evaluation_interval
+
+    def train(self, previous_timesteps: int, elapsed_s: float) -> tuple[IterationMetrics, dict[str, Any]]:
+        from rl_app.rllib.results import metrics_from_result
+
+        result = self.algo.train()
+        return metrics_from_result(result, previous_timesteps, elapsed_s, self.evaluation_interval), result
+
+    def evaluate(self) -> float:
+        from rl_app.rllib.results import evaluation_return
+
+        return evaluation_return(self.algo.evaluate())
+
+    def save(self, folder: Path, replay_buffer: bool) -> None:
+        from rl_app.rllib.algorithm import save_algorithm
+
+        save_algorithm(self.algo, folder, replay_buffer=replay_buffer)
+
+    def restore(self, checkpoint: Path) -> None:
+        from rl_app.rllib.algorithm import restore_algorithm
+
+        restore_algorithm(self.algo, checkpoint)
+
+    def reseed(self, seed: int) -> None:
+        from rl_app.rllib.algorithm import reseed_env_runners
+
+        reseed_env_runners(self.algo, seed)
+
+    def warm_start(self, checkpoint: Path) -> None:
+        from rl_app.rllib.algorithm import warm_start
+
+        warm_start(self.algo, checkpoint)
+
+    def stop(self) -> None:
+        self.algo.stop()
+
+
+class TabularLearner:
+    """The tabular Q-learning baseline; it evaluates on the experiment's schedule itself."""
+
+    def __init__(self, experiment: ExperimentConfig, source: str) -> None:
+        from rl_app.tabular.qlearning import TabularQLearning
+
+        self.experiment = experiment
+        self.qlearning = TabularQLearning(experiment, source)
+
+    def train(self, previous_timesteps: int, elapsed_s: float) -> tuple[IterationMetrics, dict[str, Any]]:
+        metrics = replace(self.qlearning.train(), elapsed_s=elapsed_s)
+        interval = self.experiment.evaluation.interval
+        if interval and metrics.iteration % interval == 0:
+            metrics = replace(metrics, eval_return_mean=self.evaluate())
+        numbers = {key: value for key, value in metrics.__dict__.items() if not math.isnan(value)}
+        return metrics, {
+            "tabular": {**numbers, "epsilon": self._epsilon(), "states_visited": self._visited()}
+        }
+
+    def _epsilon(self) -> float:
+        from rl_app.tabular.qlearning import epsilon_at
+
+        return epsilon_at(self.qlearning.training.epsilon, self.qlearning.counters.timesteps)
+
+    def _visited(self) -> int:
+        return int((self.qlearning.q_table != 0).any(axis=1).sum())
+
+    def evaluate(self) -> float:
+        # Evaluation episodes are seeded apart from training's, as RLlib's evaluation runners are.
+        seed = (self.experiment.seed or 0) + 1_000_000
+        return self.qlearning.evaluate(self.experiment.evaluation.episodes, seed)
+
+    def save(self, folder: Path, replay_buffer: bool) -> None:
+        self.qlearning.save(folder)
+
+    def restore(self, checkpoint: Path) -> None:
+        self.qlearning.restore(checkpoint)
+
+    def reseed(self, seed: int) -> None:
+        self.qlearning.reseed(seed)
+
+    def warm_start(self, checkpoint: Path) -> None:
+        iteration, timesteps, episodes = (
+            self.qlearning.counters.iteration,
+            self.qlearning.counters.timesteps,
+            self.qlearning.counters.episodes,
+        )
+        self.qlearning.restore(checkpoint)  # the table; the counters start fresh
+        counters = self.qlearning.counters
+        counters.iteration, counters.timesteps, counters.episodes = iteration, timesteps, episodes
+
+    def stop(self) -> None:
+        self.qlearning.close()
+
+
+def prepare_learner(
+    experiment: ExperimentConfig, plan: ResourcePlan, source: str
+) -> tuple[dict[str, Any], Callable[[], Learner]]:
+    """The experiment's settings with defaults filled in, and a function building its learner.
+
+    Everything that can reject the experiment (RLlib's validation, the tabular checks of spaces
+    and bins) runs here, before a run folder is written.
+    """
+    if algorithm_spec(experiment.algorithm).backend == "tabular":
+        learner = TabularLearner(experiment, source)
+        settings = experiment.model_dump(mode="json", by_alias=True, exclude={"extends"})
+        return settings, lambda: learner
+    from rl_app.rllib.algorithm import build_algorithm
+    from rl_app.rllib.config import algorithm_config, resolved_settings
+
+    config = algorithm_config(experiment, plan, source)
+    interval = experiment.evaluation.interval
+    return resolved_settings(experiment, config), lambda: RLlibLearner(build_algorithm(config), interval)
+
+
+def require_rllib(experiment: ExperimentConfig, what: str) -> None:
+    """A one-line error for the commands the tabular baseline does not take."""
+    if algorithm_spec(experiment.algorithm).backend != "rllib":
+        raise UserError(f"{what} runs RLlib algorithms; {experiment.algorithm} is the tabular baseline")
