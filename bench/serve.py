@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from load import LoadResult, run_load, send_once
+from load import LoadResult, http_request, run_load, send_once
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -46,9 +46,7 @@ def make_export(scratch: Path) -> Path:
 
 
 def act_request(observations: list[list[float]]) -> bytes:
-    body = json.dumps({"observations": observations}).encode()
-    head = f"POST /v1/act HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-    return f"{head}\r\n\r\n".encode() + body
+    return http_request("/v1/act", json.dumps({"observations": observations}).encode())
 
 
 def start(command: list[str], port: int, timeout: float = 180) -> subprocess.Popen[bytes]:
@@ -77,8 +75,8 @@ def measure(name: str, command: list[str], port: int, seconds: float) -> tuple[l
         for concurrency in CONCURRENCY:
             result = asyncio.run(run_load(port, act_request(CHECK_OBSERVATIONS[:1]), concurrency, seconds))
             print(
-                f"  {name:>9} c={concurrency:<3} {result.per_second:8,.0f} req/s  p50 {result.p50_ms:6.2f} ms  "
-                f"p99 {result.p99_ms:6.2f} ms  errors {result.errors}",
+                f"  {name:>9} c={concurrency:<3} {result.per_second:8,.0f} req/s  "
+                f"p50 {result.p50_ms:6.2f} ms  p99 {result.p99_ms:6.2f} ms  errors {result.errors}",
                 flush=True,
             )
             results.append(result)
@@ -133,8 +131,9 @@ def main() -> int:
         raise SystemExit(f"the servers disagree on the same observations: {actions}")
     date = datetime.date.today().isoformat()
     markdown = (
-        f"# bench-serve {date}\n\nCartPole policy (ONNX), 1 observation per request, keep-alive connections, "
-        f"{args.seconds:g} s per point, {os.cpu_count()} CPUs shared by server and client.\n\n{table(measured)}\n"
+        f"# bench-serve {date}\n\nCartPole policy (ONNX), 1 observation per request, keep-alive "
+        f"connections, {args.seconds:g} s per point, {os.cpu_count()} CPUs shared by server and client."
+        f"\n\n{table(measured)}\n"
     )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"serve-{date}.md").write_text(markdown)
