@@ -34,7 +34,9 @@ TINY = {
     "ppo_cartpole": ["training.train_batch_size_per_learner=400", "training.minibatch_size=100"],
     "dqn_cartpole": [],
     "sac_pendulum": [],
+    "qlearning_cartpole": ["training.steps_per_iteration=2000"],
 }
+RLLIB = ["ppo_cartpole", "dqn_cartpole", "sac_pendulum"]
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +137,7 @@ def sample_observations(count: int, space: dict[str, Any], seed: int = 0) -> np.
     return np.random.default_rng(seed).uniform(low, high, size=(count, *space["shape"])).astype(np.float32)
 
 
-@pytest.mark.parametrize("name", list(TINY))
+@pytest.mark.parametrize("name", RLLIB)
 def test_served_actions_equal_rllib_deterministic_actions(
     runs: dict[str, Path], exports: dict[str, Path], name: str
 ) -> None:
@@ -173,6 +175,25 @@ def test_served_actions_equal_rllib_deterministic_actions(
         and metadata["observation_space"] == spec["observation_space"]
     )
     assert metadata["versions"]["ray"] and metadata["iteration"] == 2
+
+
+def test_served_tabular_actions_are_the_q_tables_greedy_ones(
+    runs: dict[str, Path], exports: dict[str, Path]
+) -> None:
+    from rl_app.tabular.qlearning import greedy_actions, load_q_table
+
+    q_table, discretizer = load_q_table(list_checkpoints(runs["qlearning_cartpole"])[-1])
+    spec = json.loads((exports["qlearning_cartpole"] / "policy.json").read_text())
+    obs = sample_observations(64, spec["observation_space"], seed=5)
+    with serving(str(exports["qlearning_cartpole"])) as server:
+        answer = act(server.port, obs.tolist())
+        sampled = request(
+            server.port, "POST", "/v1/act", {"observations": obs.tolist(), "deterministic": False}
+        )
+    assert (
+        answer.status == 200 and answer.body["actions"] == greedy_actions(q_table, discretizer, obs).tolist()
+    )
+    assert sampled.status == 422  # a greedy table policy has no distribution to sample
 
 
 BAD_REQUESTS: dict[str, tuple[Any, dict[str, str], int, str]] = {
