@@ -366,36 +366,30 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = ServeSettings(
         max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms, max_body_bytes=args.max_body_bytes
     )
+    common = {
+        "host": args.host,
+        "port": args.port,
+        "token_file": args.token_file,
+        "fmt": args.format,
+        "settings": settings,
+        "runs_root": args.runs_dir,
+        "allow_version_mismatch": args.allow_version_mismatch,
+    }
     if args.ray_serve:
         from rl_app.serve.ray_serve import serve_on_ray
 
+        scale = {"replicas": args.replicas, "max_replicas": args.max_replicas}
         serve_on_ray(
             args.policy,
-            host=args.host,
-            port=args.port,
-            token_file=args.token_file,
-            fmt=args.format,
-            settings=settings,
-            replicas=args.replicas,
-            max_replicas=args.max_replicas,
+            **common,
+            **scale,
             max_ongoing_requests=args.max_ongoing_requests,
             address=args.address,
-            runs_root=args.runs_dir,
-            allow_version_mismatch=args.allow_version_mismatch,
         )
-        return 0
-    from rl_app.serve.server import serve
+    else:
+        from rl_app.serve.server import serve
 
-    serve(
-        args.policy,
-        host=args.host,
-        port=args.port,
-        token_file=args.token_file,
-        fmt=args.format,
-        settings=settings,
-        runs_root=args.runs_dir,
-        allow_version_mismatch=args.allow_version_mismatch,
-    )
+        serve(args.policy, **common)
     return 0
 
 

@@ -18,6 +18,14 @@ SMALL_PPO = [
 ]
 
 
+# One tiny run per algorithm: what the policy-tool and serving tests train (2 iterations each).
+TINY_RUNS = {
+    "ppo_cartpole": ["training.train_batch_size_per_learner=400", "training.minibatch_size=100"],
+    "dqn_cartpole": [],
+    "sac_pendulum": [],
+}
+
+
 @contextmanager
 def local_ray(env: dict[str, str] | None = None) -> Iterator[None]:
     """A 2-CPU local Ray, always shut down; ``env`` is set first, so its workers inherit it."""

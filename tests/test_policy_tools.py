@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import rllib_actions
+from helpers import TINY_RUNS, rllib_actions
 
 from rl_app.errors import UserError
 from rl_app.runs.checkpoints import list_checkpoints
@@ -18,11 +18,7 @@ from rl_app.training.run import train
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.ray
-TINY = {
-    "ppo_cartpole": ["training.train_batch_size_per_learner=400", "training.minibatch_size=100"],
-    "dqn_cartpole": [],
-    "sac_pendulum": [],
-}
+TINY = TINY_RUNS
 
 
 @pytest.fixture(scope="module")

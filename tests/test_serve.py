@@ -23,19 +23,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import rllib_actions
+from helpers import TINY_RUNS, rllib_actions
 
 from rl_app.runs.checkpoints import list_checkpoints
 from rl_app.training.run import train
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.ray
-TINY = {
-    "ppo_cartpole": ["training.train_batch_size_per_learner=400", "training.minibatch_size=100"],
-    "dqn_cartpole": [],
-    "sac_pendulum": [],
-    "qlearning_cartpole": ["training.steps_per_iteration=2000"],
-}
+TINY = {**TINY_RUNS, "qlearning_cartpole": ["training.steps_per_iteration=2000"]}
 RLLIB = ["ppo_cartpole", "dqn_cartpole", "sac_pendulum"]
 
 
