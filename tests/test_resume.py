@@ -301,19 +301,19 @@ def test_a_checkpoint_the_disk_refuses_stops_the_run_in_one_line_and_keeps_the_l
 ) -> None:
     import errno
 
-    import rl_app.training.loop as loop_module
+    from rl_app.training.learners import RLlibLearner
 
-    real_save = loop_module.save_algorithm
+    real_save = RLlibLearner.save
     saves: list[Path] = []
 
-    def disk_full_at_the_third(algo, folder: Path, replay_buffer: bool) -> None:  # type: ignore[no-untyped-def]
+    def disk_full_at_the_third(learner, folder: Path, replay_buffer: bool) -> None:  # type: ignore[no-untyped-def]
         saves.append(folder)
-        real_save(algo, folder, replay_buffer)
+        real_save(learner, folder, replay_buffer)
         if len(saves) == 3:  # RLlib's files are half there when the disk fills
             raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setenv("RL_APP_EXPERIMENTS_DIR", str(REPO / "experiments"))
-    monkeypatch.setattr(loop_module, "save_algorithm", disk_full_at_the_third)
+    monkeypatch.setattr(RLlibLearner, "save", disk_full_at_the_third)
     overrides = [*SMALL_PPO, "stop.iterations=5", "checkpoint.every=1"]
     with pytest.raises(
         UserError, match=r"cannot write checkpoint iter_000003 .*No space left on device"
@@ -324,7 +324,7 @@ def test_a_checkpoint_the_disk_refuses_stops_the_run_in_one_line_and_keeps_the_l
     assert [p.name for p in list_checkpoints(run_dir)] == ["iter_000001", "iter_000002"]
     assert not list((run_dir / "checkpoints").glob(".partial-*"))
     assert iterations(run_dir) == [1, 2, 3]  # progress.csv kept every iteration trained
-    monkeypatch.setattr(loop_module, "save_algorithm", real_save)  # room on the disk again
+    monkeypatch.setattr(RLlibLearner, "save", real_save)  # room on the disk again
     resumed = train(None, ["stop.iterations=4"], resume=str(run_dir), runs_root=tmp_path)
     assert resumed.status == "finished" and iterations(run_dir) == [1, 2, 3, 4]
 

@@ -21,6 +21,14 @@ class Cluster:
     address: str | None  # None: a local Ray started by us (or by the caller)
 
 
+@contextmanager
+def this_machine() -> Iterator[Cluster]:
+    """This machine's cores, without Ray: for what runs in this process alone (the tabular baseline)."""
+    from rl_app.cluster.resources import local_cpu_count
+
+    yield Cluster(num_cpus=local_cpu_count(), num_gpus=0, address=None)
+
+
 def _import_in_background(modules: Sequence[str]) -> threading.Thread:
     """Import ``modules`` on a thread while Ray starts: starting Ray is mostly waiting for
     its processes, importing torch and RLlib is mostly Python, so the two overlap (~1.5 s).

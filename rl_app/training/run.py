@@ -215,7 +215,7 @@ def train(
 ) -> RunSummary:
     """Train experiment ``name`` (or resume run ``resume``); return the summary."""
     from rl_app.cluster.resources import plan_resources
-    from rl_app.cluster.session import ray_session
+    from rl_app.cluster.session import ray_session, this_machine
     from rl_app.library_logs import library_log_note, write_library_logs
     from rl_app.rllib.config import algorithm_build_modules
     from rl_app.runs.storage import open_storage
@@ -233,7 +233,12 @@ def train(
     experiment = plan.experiment
     storage_handle = open_storage(experiment.storage) if experiment.storage and plan.mirror is None else None
 
-    with ray_session(address, verbose=verbose, preload=algorithm_build_modules(experiment)) as cluster:
+    session = (
+        ray_session(address, verbose=verbose, preload=algorithm_build_modules(experiment))
+        if algorithm_spec(experiment.algorithm).backend == "rllib"
+        else this_machine()  # the tabular baseline runs in this process: no Ray to start
+    )
+    with session as cluster:
         from rl_app.console.progress import ProgressPrinter
         from rl_app.training.learners import prepare_learner
         from rl_app.training.loop import TrainingLoop
