@@ -20,6 +20,12 @@ class ConfigError(UserError):
         super().__init__(f"{where}: {message}")
 
 
+class EnvFailedError(UserError):
+    """An environment that kept failing in ``step()`` or ``reset()``: the run stops, with its error."""
+
+    exit_code = 1
+
+
 def first_line(exc: BaseException, default: str | None = None) -> str:
     """The first line of an exception's message (libraries' messages run to many lines).
 

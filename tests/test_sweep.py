@@ -136,6 +136,13 @@ def test_crashing_trials_are_retried_then_recorded_and_the_sweep_completes(
     env.config.marker_dir: {{grid: ["{marker_dir}"]}}
 """
     write_sweep(experiments, "flaky", sweep, env="faulty_env:CrashingCartPole", timesteps=1500)
+    # A failing env fails its trial here (rather than being recreated), so Tune's retries are what is tested.
+    flaky = experiments / "flaky.yaml"
+    flaky.write_text(
+        flaky.read_text().replace(
+            "num_envs_per_env_runner: 2", "num_envs_per_env_runner: 2, restart_failed_envs: false"
+        )
+    )
     summary = run_sweep("flaky", runs_root=tmp_path / "runs", console=quiet())
 
     assert summary.status == "finished"

@@ -99,6 +99,15 @@ class EnvRunnersSection(Section):
     reserved_cpus: NonNegativeInt = Field(1, description="Cores kept for driver and learner.")
     num_envs_per_env_runner: PositiveInt = 8
     rollout_fragment_length: PositiveInt | Literal["auto"] = "auto"
+    restart_failed_envs: bool = Field(
+        True, description="An env raising in step()/reset() is recreated; its episodes are dropped."
+    )
+    max_env_failures: NonNegativeInt = Field(
+        20, description="Env failures in a row (no good step between) before the run stops."
+    )
+    max_restarts: NonNegativeInt = Field(
+        1000, description="Times a crashed remote env runner is recreated before the run stops."
+    )
 
 
 class LearnersSection(Section):

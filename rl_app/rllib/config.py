@@ -87,7 +87,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     """An RLlib ``AlgorithmConfig`` for ``experiment``, validated by RLlib."""
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    from rl_app.rllib.env_runner import RLAppEnvRunner
+    from rl_app.rllib.env_runner import env_runner_class
 
     spec = algorithm_spec(experiment.algorithm)
     runners = experiment.env_runners
@@ -96,7 +96,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         .framework("torch")
         .environment(env=registered_env(experiment.env), env_config=dict(experiment.env.config))
         .env_runners(
-            env_runner_cls=RLAppEnvRunner,
+            env_runner_cls=env_runner_class(runners.restart_failed_envs, runners.max_env_failures),
             num_env_runners=plan.num_env_runners,
             num_envs_per_env_runner=plan.num_envs_per_env_runner,
             rollout_fragment_length=runners.rollout_fragment_length,
@@ -108,6 +108,12 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         .training(**training_kwargs(experiment))
         .rl_module(model_config=DefaultModelConfig(**experiment.model.model_dump(exclude_none=True)))
         .debugging(seed=experiment.seed)
+        .fault_tolerance(
+            restart_failed_env_runners=True,
+            max_num_env_runner_restarts=runners.max_restarts,
+            # Failing envs are our runner's to handle (it counts them and knows when to stop).
+            restart_failed_sub_environments=False,
+        )
     )
     if not spec.asynchronous_sampling:
         # SAC's default also ends an iteration after at least 1 s, which puts iteration

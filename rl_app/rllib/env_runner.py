@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ray.rllib.env.env_runner import ENV_STEP_FAILURE
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.debug import update_global_seed_if_necessary
+
+from rl_app.errors import EnvFailedError, error_detail
 
 
 class RLAppEnvRunner(SingleAgentEnvRunner):
@@ -44,3 +47,48 @@ class RLAppEnvRunner(SingleAgentEnvRunner):
         if self.config.in_evaluation:
             self._seed = None
         return episodes
+
+    # A failing env. RLlib 2.60's own restart (``restart_failed_sub_environments``) retries a
+    # failing reset forever and drops the env's error; ours recreates the env the same way but
+    # counts failures in a row and, past ``max_env_failures``, stops with the env's own error.
+    restart_failed_envs: bool = True
+    max_env_failures: int = 20
+    _failures_in_a_row = 0
+
+    def _env_failed(self, error: BaseException, where: str) -> None:
+        self._failures_in_a_row += 1
+        env = str(self.config.env).removeprefix("rl_app:")  # the id the experiment gave
+        if not self.restart_failed_envs or self._failures_in_a_row > self.max_env_failures:
+            times = f"{self._failures_in_a_row} times in a row" if self.restart_failed_envs else "once"
+            raise EnvFailedError(
+                f"env {env} failed in {where}() {times} ({type(error).__name__}: {error_detail(error)})"
+            ) from None
+        self.make_env()
+
+    def _try_env_step(self, actions: Any) -> Any:
+        try:
+            results = super()._try_env_step(actions)  # RLlib counts the failure, then raises
+        except RuntimeError as exc:
+            self._env_failed(exc.__cause__ or exc, "step")
+            return ENV_STEP_FAILURE  # RLlib drops the broken episodes and resets
+        self._failures_in_a_row = 0
+        return results
+
+    def _try_env_reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        while True:
+            try:
+                return super()._try_env_reset(seed=seed, options=options)
+            except EnvFailedError:
+                raise
+            except Exception as exc:
+                self._env_failed(exc, "reset")
+
+
+def env_runner_class(restart_failed_envs: bool, max_env_failures: int) -> type[RLAppEnvRunner]:
+    """:class:`RLAppEnvRunner` with the experiment's env-failure limits (RLlib builds the runners
+    from the class alone)."""
+    return type(
+        "RLAppEnvRunner",
+        (RLAppEnvRunner,),
+        {"restart_failed_envs": restart_failed_envs, "max_env_failures": max_env_failures},
+    )

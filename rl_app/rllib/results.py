@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ray.rllib.env.env_runner import NUM_ENV_STEP_FAILURES_LIFETIME
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     EPISODE_LEN_MEAN,
@@ -58,4 +59,5 @@ def metrics_from_result(
         steps_per_s=(timesteps - previous_timesteps) / iteration_s if iteration_s > 0 else 0.0,
         iteration_s=iteration_s,
         elapsed_s=elapsed_s,
+        env_failures=float(runners.get(NUM_ENV_STEP_FAILURES_LIFETIME) or 0),
     )

@@ -32,6 +32,8 @@ class IterationMetrics:
     system_memory_percent: float = math.nan
     gpu_util_percent: float = math.nan
     gpu_memory_mb: float = math.nan
+    env_failures: float = math.nan  # env step()/reset() failures so far (envs recreated, episodes dropped)
+    runner_restarts: float = math.nan  # crashed remote env runners recreated so far
 
 
 CSV_FIELDS = list(IterationMetrics.__dataclass_fields__)

@@ -44,7 +44,9 @@ class RLlibLearner:
         from rl_app.rllib.results import metrics_from_result
 
         result = self.algo.train()
-        return metrics_from_result(result, previous_timesteps, elapsed_s, self.evaluation_interval), result
+        metrics = metrics_from_result(result, previous_timesteps, elapsed_s, self.evaluation_interval)
+        metrics.runner_restarts = float(self.algo.env_runner_group.num_remote_worker_restarts())
+        return metrics, result
 
     def evaluate(self) -> float:
         from rl_app.rllib.results import evaluation_return

@@ -132,6 +132,7 @@ class TrainingRun:
         status, reason = "failed", "error"
         monitor, tensorboard = SystemMonitor(), TensorBoardLog(self.run_dir)
         every = self.experiment.checkpoint.every
+        faults = (0.0, 0.0)
         with (self.run_dir / "progress.csv").open("w", newline="") as handle, _interrupts_raise():
             progress = ProgressWriter(handle, start.rows)
             self.printer.header()
@@ -144,6 +145,7 @@ class TrainingRun:
                     progress.write(metrics)
                     tensorboard.log(metrics.timesteps, asdict(metrics), step.result)
                     self.printer.iteration(metrics)
+                    faults = self._new_faults(metrics, faults)
                     best = finite_max(best, metrics.return_mean)
                     best_eval = finite_max(best_eval, metrics.eval_return_mean)
                     last = metrics.return_mean
@@ -180,6 +182,21 @@ class TrainingRun:
                     signal.signal(sig, signal.SIG_IGN)
                 self._finish(summary)
         return summary
+
+    def _new_faults(self, metrics: IterationMetrics, before: tuple[float, float]) -> tuple[float, float]:
+        """Say which faults this iteration survived; the counts so far."""
+        now = tuple(0.0 if math.isnan(v) else v for v in (metrics.env_failures, metrics.runner_restarts))
+        said = []
+        if now[0] > before[0]:
+            said.append(f"{now[0] - before[0]:.0f} env failure(s), envs recreated and their episodes dropped")
+        if now[1] > before[1]:
+            said.append(f"{now[1] - before[1]:.0f} crashed env runner(s) recreated")
+        if said:
+            self.printer.console.print(
+                f"[yellow]warning:[/yellow] iteration {metrics.iteration}: {'; '.join(said)} "
+                f"({now[0]:.0f} env failures, {now[1]:.0f} runner restarts in all)"
+            )
+        return now[0], now[1]
 
     def _finish(self, summary: RunSummary) -> None:
         from rl_app.console.plots import plot_reward_curve

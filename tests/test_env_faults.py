@@ -1,0 +1,93 @@
+"""Faults inside a run: an env that raises now and then is recreated and training goes on, counted
+in progress.csv and said on the console; one that fails every time stops the run with its own error."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import SMALL_PPO, local_ray
+from rich.console import Console
+
+from rl_app.cli import main
+from rl_app.training.run import train
+
+TESTS = Path(__file__).resolve().parent
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    """Like conftest's, but env runner actors can import tests/faulty_env.py."""
+    pythonpath = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
+    with local_ray({"PYTHONPATH": pythonpath}):
+        yield
+
+
+FAULTY = """\
+algorithm: PPO
+env:
+  id: faulty_env:CrashingCartPole
+  config: {{crash: {crash}, after_steps: {after_steps}, marker_dir: "{markers}"}}
+env_runners: {{num_env_runners: {runners}, num_envs_per_env_runner: 4}}
+stop: {{iterations: 3}}
+checkpoint: {{every: 1, keep: 2}}
+"""
+
+
+def progress_rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "progress.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_an_env_failing_now_and_then_is_recreated_and_training_finishes(
+    experiments: Path, tmp_path: Path
+) -> None:
+    (experiments / "flaky.yaml").write_text(
+        FAULTY.format(crash="always", after_steps=150, markers=tmp_path, runners=0)
+    )
+    out = io.StringIO()
+    summary = train("flaky", SMALL_PPO, runs_root=tmp_path, console=Console(file=out, width=200))
+
+    assert summary.status == "finished" and summary.iterations == 3
+    failures = [float(row["env_failures"]) for row in progress_rows(summary.run_dir)]
+    assert failures[-1] > 0 and failures == sorted(failures)  # a lifetime count, in every row
+    assert "env failure(s), envs recreated and their episodes dropped" in out.getvalue()
+    assert int(float(progress_rows(summary.run_dir)[-1]["timesteps"])) >= 3 * 400  # the batches still filled
+
+
+def test_an_env_failing_every_time_stops_the_run_with_its_own_error(
+    experiments: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (experiments / "broken.yaml").write_text(
+        FAULTY.format(crash="all_but_first", after_steps=1, markers=tmp_path, runners=0)
+    )
+    code = main(["train", "broken", "--runs-dir", str(tmp_path), *(f"--set={o}" for o in SMALL_PPO)])
+
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert "failed in step() 21 times in a row (RuntimeError: deliberate crash" in err
+    assert "Traceback" not in err
+
+
+def test_a_killed_env_runner_process_is_recreated_and_the_run_finishes(
+    experiments: Path, tmp_path: Path
+) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    (experiments / "killed.yaml").write_text(
+        FAULTY.format(crash="kill_runner_once", after_steps=120, markers=markers, runners=1)
+    )
+    out = io.StringIO()
+    overrides = [*SMALL_PPO, "stop.iterations=8"]  # Ray takes a few seconds to bring the runner back
+    summary = train("killed", overrides, runs_root=tmp_path / "runs", console=Console(file=out, width=200))
+
+    assert (markers / "crashed").exists(), "the runner process was never killed"
+    assert summary.status == "finished" and summary.iterations == 8
+    restarts = [float(row["runner_restarts"]) for row in progress_rows(summary.run_dir)]
+    assert restarts[-1] >= 1
+    assert "crashed env runner(s) recreated" in out.getvalue()
