@@ -36,8 +36,20 @@ class _LibraryHandler(logging.Handler):
             self.file.emit(record)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is now, not the one there when this module was imported."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
 _HANDLER = _LibraryHandler()
-_ERRORS = logging.StreamHandler(sys.stderr)
+_ERRORS = _StderrHandler()
 _ERRORS.setLevel(logging.ERROR)
 _ERRORS.setFormatter(logging.Formatter("%(name)s: %(message)s"))
 

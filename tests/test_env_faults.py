@@ -45,7 +45,7 @@ def progress_rows(run_dir: Path) -> list[dict[str, str]]:
 
 
 def test_an_env_failing_now_and_then_is_recreated_and_training_finishes(
-    experiments: Path, tmp_path: Path
+    experiments: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (experiments / "flaky.yaml").write_text(
         FAULTY.format(crash="always", after_steps=150, markers=tmp_path, runners=0)
@@ -57,6 +57,8 @@ def test_an_env_failing_now_and_then_is_recreated_and_training_finishes(
     failures = [float(row["env_failures"]) for row in progress_rows(summary.run_dir)]
     assert failures[-1] > 0 and failures == sorted(failures)  # a lifetime count, in every row
     assert "env failure(s), envs recreated and their episodes dropped" in out.getvalue()
+    assert "Traceback" not in capsys.readouterr().err  # RLlib's report of each failure went to rl_app.log
+    assert "Environment step failed" in (summary.run_dir / "rl_app.log").read_text()
     assert int(float(progress_rows(summary.run_dir)[-1]["timesteps"])) >= 3 * 400  # the batches still filled
 
 

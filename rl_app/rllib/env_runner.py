@@ -5,6 +5,7 @@ Registered through ``config.env_runners(env_runner_cls=...)`` for training and e
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ray.rllib.env.env_runner import ENV_STEP_FAILURE
@@ -12,6 +13,20 @@ from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.debug import update_global_seed_if_necessary
 
 from rl_app.errors import EnvFailedError, error_detail
+
+
+class _HandledEnvFailure(logging.Filter):
+    """RLlib logs a failing env step as an error with its traceback. Our runner handles it (the env
+    is recreated, the failure counted and said once per iteration), so it is a warning: in the
+    run's rl_app.log, not on the console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Environment step failed" in record.getMessage():
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+logging.getLogger("ray.rllib").addFilter(_HandledEnvFailure())  # RLlib 2.60 env_runner.py logs there
 
 
 class RLAppEnvRunner(SingleAgentEnvRunner):
