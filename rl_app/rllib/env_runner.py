@@ -93,8 +93,6 @@ class RLAppEnvRunner(SingleAgentEnvRunner):
         while True:
             try:
                 return super()._try_env_reset(seed=seed, options=options)
-            except EnvFailedError:
-                raise
             except Exception as exc:
                 self._env_failed(exc, "reset")
 

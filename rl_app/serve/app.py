@@ -7,7 +7,6 @@ field; nothing a client sends reaches past the handler that parses it.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 from collections.abc import Callable
@@ -33,9 +32,16 @@ from starlette.routing import Route
 from rl_app.errors import UserError, error_detail
 from rl_app.serve.batching import DynamicBatcher
 from rl_app.serve.policy import ServedPolicy
-from rl_app.serve.protocol import RequestError, act_response, chosen_actions, parse_act_request
-
-JSON = "application/json"
+from rl_app.serve.protocol import (
+    JSON,
+    RequestError,
+    act_response,
+    check_content_type,
+    chosen_actions,
+    health_body,
+    parse_act_request,
+    unauthorized,
+)
 
 
 @dataclass(frozen=True)
@@ -139,11 +145,10 @@ class PolicyService:
             }
 
 
-def _authorized(request: Request, token: str | None) -> bool:
-    if token is None:
-        return True
-    provided = request.headers.get("authorization", "")
-    return hmac.compare_digest(provided.encode(), f"Bearer {token}".encode())
+def _refused(request: Request, token: str | None, metrics: ServeMetrics, route: str) -> Response | None:
+    """The 401 answer for a request without the right bearer token; None for one with it."""
+    error = unauthorized(request.headers.get("authorization", ""), token)
+    return None if error is None else _error(error, metrics, route)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -162,18 +167,13 @@ async def _read_body(request: Request, limit: int) -> bytes:
 def build_app(service: PolicyService) -> Starlette:
     """The ASGI app serving ``service``; start-up and shut-down run its batcher."""
     settings, metrics = service.settings, service.metrics
-    unauthorized = RequestError(401, "authorization", "missing or wrong bearer token", "unauthorized")
 
     async def act(request: Request) -> Response:
         started = time.perf_counter()
-        if not _authorized(request, settings.token):
-            return _error(unauthorized, metrics, "act")
+        if refused := _refused(request, settings.token, metrics, "act"):
+            return refused
         try:
-            content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-            if content_type != JSON:
-                raise RequestError(
-                    415, "content-type", f"expected {JSON}, got {content_type or 'none'}", "content_type"
-                )
+            check_content_type(request.headers.get("content-type", ""))
             body = await _read_body(request, settings.max_body_bytes)
             policy = service.policy
             parsed = parse_act_request(body, policy.observations, settings.max_batch_size, policy.sampling)
@@ -195,30 +195,25 @@ def build_app(service: PolicyService) -> Starlette:
 
     async def health(request: Request) -> Response:
         metrics.requests.labels("health", "200").inc()
-        body = {
-            "status": "ok",
-            "policy": service.policy.name,
-            "iteration": service.policy.spec.get("iteration"),
-        }
-        return Response(json.dumps(body).encode(), media_type=JSON)
+        return Response(health_body(service.policy), media_type=JSON)
 
     async def metadata(request: Request) -> Response:
-        if not _authorized(request, settings.token):
-            return _error(unauthorized, metrics, "metadata")
+        if refused := _refused(request, settings.token, metrics, "metadata"):
+            return refused
         metrics.requests.labels("metadata", "200").inc()
         limits = {"max_batch_size": settings.max_batch_size, "max_body_bytes": settings.max_body_bytes}
         body = {**service.policy.metadata(), "limits": limits, "max_wait_ms": settings.max_wait_ms}
         return Response(json.dumps(body).encode(), media_type=JSON)
 
     async def prometheus(request: Request) -> Response:
-        if not _authorized(request, settings.token):
-            return _error(unauthorized, metrics, "metrics")
+        if refused := _refused(request, settings.token, metrics, "metrics"):
+            return refused
         metrics.requests.labels("metrics", "200").inc()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def reload(request: Request) -> Response:
-        if not _authorized(request, settings.token):
-            return _error(unauthorized, metrics, "reload")
+        if refused := _refused(request, settings.token, metrics, "reload"):
+            return refused
         status, body = await service.reload()
         metrics.requests.labels("reload", str(status)).inc()
         return Response(json.dumps(body).encode(), status_code=status, media_type=JSON)

@@ -43,7 +43,6 @@ class DynamicBatcher:
         self._arrived: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rl_app-policy")
-        self.in_flight = 0  # batches running now (a reload waits for none of them)
 
     def start(self) -> None:
         self._arrived = asyncio.Event()
@@ -95,7 +94,6 @@ class DynamicBatcher:
                 continue
             policy = self.current_policy()  # the batch finishes on this one even if a reload swaps it
             observations = live[0][0] if len(live) == 1 else np.concatenate([rows for rows, _ in live])
-            self.in_flight += 1
             try:
                 if len(observations) <= INLINE_ROWS:
                     actions, dist_inputs = policy.infer(observations)
@@ -108,8 +106,6 @@ class DynamicBatcher:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            finally:
-                self.in_flight -= 1
             self.on_batch(len(observations))
             start = 0
             for rows, future in live:

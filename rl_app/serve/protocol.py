@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 
 from rl_app.serve.policy import ObservationError, ObservationSpec, ServedPolicy
 
+JSON = "application/json"
 FIELDS = ("observations", "deterministic", "seed")
 ENCODED_FIELDS = ("base64", "dtype", "shape")
 ENCODED_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool")
@@ -46,6 +48,30 @@ class RequestError(Exception):
 
     def body(self) -> bytes:
         return json.dumps({"error": f"{self.field}: {self.message}", "field": self.field}).encode()
+
+
+def unauthorized(authorization: str, token: str | None) -> RequestError | None:
+    """The 401 for an ``Authorization`` header that is not ``Bearer <token>`` (compared in constant
+    time); None when it is, or when no token is required."""
+    if token is None or hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode()):
+        return None
+    return RequestError(401, "authorization", "missing or wrong bearer token", "unauthorized")
+
+
+def check_content_type(content_type: str) -> None:
+    """A RequestError (415) unless the ``Content-Type`` header says JSON."""
+    media_type = content_type.split(";")[0].strip().lower()
+    if media_type != JSON:
+        raise RequestError(
+            415, "content-type", f"expected {JSON}, got {media_type or 'none'}", "content_type"
+        )
+
+
+def health_body(policy: ServedPolicy) -> bytes:
+    """The ``/v1/health`` answer: alive, and which policy and iteration it serves."""
+    return json.dumps(
+        {"status": "ok", "policy": policy.name, "iteration": policy.spec.get("iteration")}
+    ).encode()
 
 
 def _decode_encoded(encoded: dict[str, Any], max_rows: int) -> np.ndarray:

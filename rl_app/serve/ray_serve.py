@@ -8,7 +8,6 @@ lightweight server's.
 
 from __future__ import annotations
 
-import hmac
 import json
 import signal
 import tempfile
@@ -22,9 +21,18 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rl_app.serve.app import JSON, ServeSettings
+from rl_app.serve.app import ServeSettings
 from rl_app.serve.policy import SPEC, ServedPolicy, load_served_policy
-from rl_app.serve.protocol import RequestError, act_response, chosen_actions, parse_act_request
+from rl_app.serve.protocol import (
+    JSON,
+    RequestError,
+    act_response,
+    check_content_type,
+    chosen_actions,
+    health_body,
+    parse_act_request,
+    unauthorized,
+)
 from rl_app.serve.server import policy_source, read_token
 
 APP_NAME = "rl_app"
@@ -52,34 +60,20 @@ class PolicyDeployment:
         split_dist = [None] * len(batches) if dist_inputs is None else np.split(dist_inputs, bounds)
         return list(zip(np.split(actions, bounds), split_dist, strict=True))
 
-    def _authorized(self, request: Request) -> bool:
-        token = self.settings.token
-        provided = request.headers.get("authorization", "")
-        return token is None or hmac.compare_digest(provided.encode(), f"Bearer {token}".encode())
-
     async def __call__(self, request: Request) -> Response:
         path, method = request.url.path.rstrip("/"), request.method
         try:
-            if path != "/v1/health" and not self._authorized(request):
-                raise RequestError(401, "authorization", "missing or wrong bearer token", "unauthorized")
             if (method, path) == ("GET", "/v1/health"):
-                body = {
-                    "status": "ok",
-                    "policy": self.policy.name,
-                    "iteration": self.policy.spec.get("iteration"),
-                }
-                return Response(json.dumps(body).encode(), media_type=JSON)
+                return Response(health_body(self.policy), media_type=JSON)
+            if error := unauthorized(request.headers.get("authorization", ""), self.settings.token):
+                raise error
             if (method, path) == ("GET", "/v1/metadata"):
                 return Response(
                     json.dumps({**self.policy.metadata(), "ray_serve": True}).encode(), media_type=JSON
                 )
             if (method, path) != ("POST", "/v1/act"):
                 raise RequestError(404, "path", f"{method} {path}: not found", "http_404")
-            content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-            if content_type != JSON:
-                raise RequestError(
-                    415, "content-type", f"expected {JSON}, got {content_type or 'none'}", "content_type"
-                )
+            check_content_type(request.headers.get("content-type", ""))
             body_bytes = await request.body()
             if len(body_bytes) > self.settings.max_body_bytes:
                 message = f"above the limit of {self.settings.max_body_bytes} bytes"

@@ -245,7 +245,8 @@ class TabularQLearning:
             pickle.dump((self.envs.single_observation_space, self.envs.single_action_space), handle)
         (folder / "tabular_state.json").write_text(json.dumps(self.state()))
 
-    def restore(self, folder: Path) -> None:
+    def load_table(self, folder: Path) -> None:
+        """The Q-table of the checkpoint in ``folder``; it must have this experiment's bins and spaces."""
         q_table, discretizer = load_q_table(folder)
         if q_table.shape != self.q_table.shape or discretizer != self.discretizer:
             raise ConfigError(
@@ -254,6 +255,10 @@ class TabularQLearning:
                 "training.bins",
             )
         self.q_table = q_table
+
+    def restore(self, folder: Path) -> None:
+        """The Q-table and the counters of the checkpoint in ``folder``."""
+        self.load_table(folder)
         state = json.loads((folder / "tabular_state.json").read_text())
         self.counters.iteration = int(state["iteration"])
         self.counters.timesteps = int(state["timesteps"])

@@ -119,14 +119,7 @@ class TabularLearner:
         self.qlearning.reseed(seed)
 
     def warm_start(self, checkpoint: Path) -> None:
-        iteration, timesteps, episodes = (
-            self.qlearning.counters.iteration,
-            self.qlearning.counters.timesteps,
-            self.qlearning.counters.episodes,
-        )
-        self.qlearning.restore(checkpoint)  # the table; the counters start fresh
-        counters = self.qlearning.counters
-        counters.iteration, counters.timesteps, counters.episodes = iteration, timesteps, episodes
+        self.qlearning.load_table(checkpoint)  # the table only: the counters start fresh
 
     def stop(self) -> None:
         self.qlearning.close()
