@@ -341,9 +341,18 @@ def test_requests_arriving_together_run_as_one_batch(exports: dict[str, Path]) -
         barrier = threading.Barrier(32)
         statuses: list[int] = []
 
-        def client() -> None:
+        def client() -> None:  # one keep-alive connection, as a real client (and bench-serve) keeps
+            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            body = json.dumps({"observations": [[0.0, 0.0, 0.0, 0.0]]})
             barrier.wait()
-            statuses.extend(act(server.port, [[0.0, 0.0, 0.0, 0.0]]).status for _ in range(20))
+            try:
+                for _ in range(20):
+                    connection.request("POST", "/v1/act", body, {"content-type": "application/json"})
+                    response = connection.getresponse()
+                    response.read()
+                    statuses.append(response.status)
+            finally:
+                connection.close()
 
         threads = [threading.Thread(target=client) for _ in range(32)]
         for thread in threads:
