@@ -17,7 +17,7 @@ endif
 BIN := $(ENV_DIR)/bin
 STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
-PIN_FILES := requirements.txt requirements-dev.txt environment.yml pyproject.toml
+PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
 .PHONY: help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve serve clean-env
 
@@ -35,7 +35,7 @@ else
 	@command -v $(PYTHON) >/dev/null || { echo "make setup: $(PYTHON) not found (set PYTHON=...)"; exit 2; }
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(ENV_DIR)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-envs.txt -r requirements-dev.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 endif
 	@touch $(STAMP)

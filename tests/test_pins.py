@@ -24,7 +24,11 @@ def test_required_pins_are_exact() -> None:
     assert str(runtime["ray"].specifier) == "==2.60.0"
     assert runtime["ray"].extras == {"rllib", "tune", "default", "serve"}
     assert str(runtime["torch"].specifier) == "==2.13.0"
-    extras = {**pins(REPO / "requirements-dev.txt"), **pins(REPO / "requirements-bench.txt")}
+    extras = {
+        **pins(REPO / "requirements-envs.txt"),
+        **pins(REPO / "requirements-dev.txt"),
+        **pins(REPO / "requirements-bench.txt"),
+    }
     for name, requirement in {**runtime, **extras, **pins(REPO / "requirements-notebook.txt")}.items():
         assert re.fullmatch(r"==[\w.]+", str(requirement.specifier)), f"{name} is not pinned exactly"
 
@@ -50,7 +54,7 @@ def test_environment_yml_installs_from_the_pin_files() -> None:
     dependencies = env["dependencies"]
     assert "python=3.11" in dependencies
     pip_section = next(d["pip"] for d in dependencies if isinstance(d, dict))
-    assert "-r requirements.txt" in pip_section and "-r requirements-dev.txt" in pip_section
+    assert {"-r requirements.txt", "-r requirements-envs.txt", "-r requirements-dev.txt"} <= set(pip_section)
     # No package is pinned here a second time, where it could drift.
     assert [line for line in pip_section if not line.startswith("-")] == []
 
@@ -58,11 +62,14 @@ def test_environment_yml_installs_from_the_pin_files() -> None:
 def test_pyproject_reads_dependencies_from_requirements() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "dependencies" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["dependencies"]["file"] == ["requirements.txt"]
+    dynamic = project["tool"]["setuptools"]["dynamic"]
+    assert dynamic["dependencies"]["file"] == ["requirements.txt"]
+    assert dynamic["optional-dependencies"]["envs"]["file"] == ["requirements-envs.txt"]
     assert project["project"]["scripts"]["rl_app"] == "rl_app.cli:main"
 
 
 def test_installed_versions_match_pins() -> None:
-    for name, requirement in pins(REPO / "requirements.txt").items():
+    runtime = {**pins(REPO / "requirements.txt"), **pins(REPO / "requirements-envs.txt")}
+    for name, requirement in runtime.items():
         installed = metadata.version(name)
         assert requirement.specifier.contains(installed.split("+")[0]), f"{name} {installed} vs {requirement}"

@@ -108,11 +108,20 @@ class EnvRunnersSection(Section):
     max_restarts: NonNegativeInt = Field(
         1000, description="Times a crashed remote env runner is recreated before the run stops."
     )
+    observation_filter: Literal["MeanStdFilter"] | None = Field(
+        None,
+        description="Normalise observations by running mean and std (RLlib's MeanStdFilter connector, "
+        "synced over env runners, kept in checkpoints and applied by evaluate, export and serve).",
+    )
 
 
 class LearnersSection(Section):
     num_learners: NonNegativeInt = 0
     device: Literal["auto", "cpu", "gpu"] = Field("auto", description="'auto': GPU if visible.")
+
+
+# One conv layer as RLlib writes it: [out_channels, kernel, stride], kernel an int or [h, w].
+ConvFilter: TypeAlias = tuple[PositiveInt, PositiveInt | tuple[PositiveInt, PositiveInt], PositiveInt]
 
 
 class ModelSection(Section):
@@ -128,6 +137,10 @@ class ModelSection(Section):
     free_log_std: bool | None = None
     fusionnet_hiddens: list[PositiveInt] | None = None
     fusionnet_activation: Activation | None = None
+    conv_filters: list[ConvFilter] | None = Field(
+        None, description="CNN for image observations: [[channels, kernel, stride], ...] (RLlib's form)."
+    )
+    conv_activation: Activation | None = None
 
 
 class TrainingSection(Section):
@@ -390,7 +403,7 @@ class Experiment(Section, Generic[T]):
     algorithm: str
     env: EnvSection
     training: T
-    model: ModelSection = Field(default_factory=ModelSection)
+    model: ModelSection = Field(default_factory=ModelSection)  # type: ignore[arg-type]
     env_runners: EnvRunnersSection = Field(default_factory=EnvRunnersSection)  # type: ignore[arg-type]
     learners: LearnersSection = Field(default_factory=LearnersSection)  # type: ignore[arg-type]
     stop: StopSection

@@ -4,7 +4,23 @@ An env is a Gymnasium id or a 'package.module:Class' path, with its ``config:`` 
 arguments, wrapped in the wrappers the experiment declares, in order.
 """
 
-from rl_app.envs.factory import check_env, check_env_id, env_creator, make_env
+from rl_app.envs.factory import (
+    check_env,
+    check_env_id,
+    env_creator,
+    has_training_only_wrappers,
+    make_env,
+    observation_space,
+)
 from rl_app.envs.wrappers import WRAPPERS, check_wrapper
 
-__all__ = ["WRAPPERS", "check_env", "check_env_id", "check_wrapper", "env_creator", "make_env"]
+__all__ = [
+    "WRAPPERS",
+    "check_env",
+    "check_env_id",
+    "check_wrapper",
+    "env_creator",
+    "has_training_only_wrappers",
+    "make_env",
+    "observation_space",
+]

@@ -5,12 +5,34 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from rl_app.config.schema import EnvSection
-from rl_app.envs.wrappers import import_class, wrapper_class
+from rl_app.envs.wrappers import TRAINING_ONLY, import_class, wrapper_class
 from rl_app.errors import error_detail
+
+# Env families that register their Gymnasium ids on import, by id prefix: the module to import and
+# the function (if any) that registers them.
+ENV_NAMESPACES: dict[str, tuple[str, str | None]] = {
+    "ALE/": ("ale_py", None),
+    "MinAtar/": ("minatar.gym", "register_envs"),
+}
+
+
+def _register_namespace(env_id: str) -> None:
+    import gymnasium
+
+    for prefix, (module_name, register) in ENV_NAMESPACES.items():
+        if env_id.startswith(prefix) and env_id not in gymnasium.envs.registry:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                package = module_name.split(".")[0]
+                raise ValueError(f"'{env_id}' needs the {package} package ({exc})") from None
+            if register is not None:
+                getattr(module, register)()
 
 
 def check_env_id(env_id: str) -> None:
@@ -19,6 +41,8 @@ def check_env_id(env_id: str) -> None:
         import_class(env_id)
         return
     import gymnasium
+
+    _register_namespace(env_id)
 
     known = list(gymnasium.envs.registry)
     if env_id not in known:
@@ -31,12 +55,18 @@ def check_env_id(env_id: str) -> None:
 
 
 def make_env(
-    env: EnvSection, *, render_mode: str | None = None, config: Mapping[str, Any] | None = None
+    env: EnvSection,
+    *,
+    render_mode: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    evaluation: bool = False,
 ) -> Any:
     """One env of ``env``: ``config`` (default: the section's) as kwargs, then its wrappers.
 
     RLlib's env runners, evaluation, video recording and export all come here, so a
-    wrapper declared in the experiment applies to each of them in the same way.
+    wrapper declared in the experiment applies to each of them in the same way, except that
+    ``evaluation=True`` leaves out the training-only parts (reward clipping, life-loss
+    terminals), so evaluation reports the env's real return.
     """
     kwargs = dict(env.config if config is None else config)
     if render_mode is not None:
@@ -46,22 +76,35 @@ def make_env(
     else:
         import gymnasium
 
+        _register_namespace(env.id)
         instance = gymnasium.make(env.id, **kwargs)
     for wrapper in env.wrappers or ():
-        instance = wrapper_class(wrapper.name)(instance, **wrapper.kwargs)
+        if evaluation and wrapper.name in TRAINING_ONLY:
+            continue
+        wrap = wrapper_class(wrapper.name)
+        extra = {"evaluation": True} if evaluation and getattr(wrap, "takes_evaluation_flag", False) else {}
+        instance = wrap(instance, **wrapper.kwargs, **extra)
     return instance
 
 
-def _create(env_data: dict[str, Any], env_config: Mapping[str, Any]) -> Any:
-    return make_env(EnvSection.model_validate(env_data), config=env_config)
+def _create(env_data: dict[str, Any], evaluation: bool, env_config: Mapping[str, Any]) -> Any:
+    return make_env(EnvSection.model_validate(env_data), config=env_config, evaluation=evaluation)
 
 
-def env_creator(env: EnvSection) -> Callable[[Mapping[str, Any]], Any]:
+def env_creator(env: EnvSection, evaluation: bool = False) -> Callable[[Mapping[str, Any]], Any]:
     """An env creator in RLlib's form (``creator(env_config) -> env``) that calls :func:`make_env`.
 
     It holds the section as plain data, so it pickles to remote env runners.
     """
-    return functools.partial(_create, env.model_dump(mode="json"))
+    return functools.partial(_create, env.model_dump(mode="json"), evaluation)
+
+
+def has_training_only_wrappers(env: EnvSection) -> bool:
+    """Whether ``env`` differs between training and evaluation (see :func:`make_env`)."""
+    return any(
+        w.name in TRAINING_ONLY or getattr(wrapper_class(w.name), "takes_evaluation_flag", False)
+        for w in env.wrappers or ()
+    )
 
 
 # The spaces RLlib's default models, our evaluation and our export all take.
@@ -116,3 +159,18 @@ def _check_observation(where: str, obs: Any, space: Any) -> None:
             f"{where} returned an observation (shape {shape}, dtype {dtype}) "
             f"outside its observation space {space}"
         )
+
+
+@functools.cache
+def _observation_space(env_json: str) -> Any:
+    instance = make_env(EnvSection.model_validate_json(env_json))
+    try:
+        return instance.observation_space
+    finally:
+        with contextlib.suppress(Exception):
+            instance.close()
+
+
+def observation_space(env: EnvSection) -> Any:
+    """The observation space of ``env`` (made once per process and section)."""
+    return _observation_space(env.model_dump_json())

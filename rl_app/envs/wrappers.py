@@ -2,7 +2,9 @@
 
 A wrapper is a short name from :data:`WRAPPERS` or any 'package.module:Class' whose
 constructor takes the env first and the entry's kwargs after it (every
-``gymnasium.wrappers`` class does).
+``gymnasium.wrappers`` class does). A wrapper with a ``takes_evaluation_flag`` attribute (the
+``atari`` preset) is told when it wraps an env for evaluation, so it can leave out what is for
+training only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ WRAPPERS: dict[str, str] = {
     "clip_reward": "gymnasium.wrappers:ClipReward",
     "frame_stack": "gymnasium.wrappers:FrameStackObservation",
     "flatten_observation": "gymnasium.wrappers:FlattenObservation",
+    "atari": "rl_app.envs.atari:atari",
 }
+
+# Training-only wrappers: evaluation, `rl_app evaluate` and videos report the env's own reward.
+TRAINING_ONLY = frozenset({"clip_reward"})
 
 
 def import_class(path: str) -> Any:

@@ -19,12 +19,53 @@ import torch
 from rl_app.errors import UserError
 
 
+class ObservationFilter(torch.nn.Module):
+    """RLlib's MeanStdFilter with frozen statistics: ``clip((obs - mean) / (std + 1e-6))``."""
+
+    def __init__(self, mean: np.ndarray, std: np.ndarray | None, clip: float | None) -> None:
+        super().__init__()
+        scale = np.ones_like(mean) if std is None else 1.0 / (std + 1e-6)
+        self.mean: torch.Tensor
+        self.scale: torch.Tensor
+        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
+        self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float32))
+        self.clip = clip
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        normalised = (obs - self.mean) * self.scale
+        return normalised if self.clip is None else torch.clamp(normalised, -self.clip, self.clip)
+
+
+def load_observation_filter(checkpoint: Path) -> ObservationFilter | None:
+    """The MeanStdFilter statistics the checkpoint's env runner normalised observations with, if any."""
+    import pickle
+
+    # RLlib writes each connector piece as a component folder of the pipeline's.
+    state_file = checkpoint / "env_runner" / "env_to_module_connector" / "MeanStdFilter" / "state.pkl"
+    if not state_file.is_file():
+        return None
+    with state_file.open("rb") as handle:
+        agents = pickle.load(handle)
+    if not agents:
+        return None
+    from ray.rllib.utils.filter import RunningStat
+
+    (agent_state,) = agents.values()
+    (stats,) = [RunningStat.from_state(s) for s in agent_state["running_stats"]]
+    mean = stats.mean if agent_state["de_mean_to_zero"] else np.zeros(stats.shape)
+    std = stats.std if agent_state["de_std_to_one"] else None
+    return ObservationFilter(mean, std, agent_state["clip_by_value"])
+
+
 class Policy(torch.nn.Module):
     """``forward(obs_batch) -> action_batch``; traceable for TorchScript and ONNX when not exploring."""
 
-    def __init__(self, module: Any, explore: bool = False) -> None:
+    def __init__(
+        self, module: Any, explore: bool = False, observation_filter: ObservationFilter | None = None
+    ) -> None:
         super().__init__()
         self.module = module
+        self.observation_filter = observation_filter
         self.explore = explore
         self.action_space = module.action_space
         self.observation_space = module.observation_space
@@ -41,12 +82,16 @@ class Policy(torch.nn.Module):
         for name, value in zip(("low", "high"), bounds, strict=True):
             self.register_buffer(name, None if value is None else torch.as_tensor(value, dtype=torch.float32))
 
+    def module_inputs(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The batch RLlib's module takes: the observations, normalised if training normalised them."""
+        return {"obs": obs if self.observation_filter is None else self.observation_filter(obs)}
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.explore:
-            out = self.module.forward_exploration({"obs": obs})
+            out = self.module.forward_exploration(self.module_inputs(obs))
             action = self.dist_cls.from_logits(out["action_dist_inputs"]).sample()
         else:
-            out = self.module.forward_inference({"obs": obs})
+            out = self.module.forward_inference(self.module_inputs(obs))
             if "actions" in out:  # DQN's module picks the greedy action itself
                 action = out["actions"]
             else:
@@ -84,7 +129,8 @@ class PolicyWithDistInputs(torch.nn.Module):
         self.policy = policy
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        dist_inputs = self.policy.module.forward_inference({"obs": obs})["action_dist_inputs"]
+        batch = self.policy.module_inputs(obs)
+        dist_inputs = self.policy.module.forward_inference(batch)["action_dist_inputs"]
         return self.policy(obs), dist_inputs
 
 
@@ -150,7 +196,7 @@ def load_policy(checkpoint: Path, explore: bool = False) -> Policy | TabularPoli
 
     module = load_module(checkpoint)
     module.eval()
-    policy = Policy(module, explore=explore).eval()
+    policy = Policy(module, explore=explore, observation_filter=load_observation_filter(checkpoint)).eval()
     policy.requires_grad_(False)  # an inference artifact: exported outputs need no autograd
     return policy
 

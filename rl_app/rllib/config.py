@@ -38,12 +38,13 @@ def _config_class(spec: AlgorithmSpec) -> type[AlgorithmConfig]:
     return config_class
 
 
-def registered_env(env: EnvSection) -> str:
+def registered_env(env: EnvSection, evaluation: bool = False) -> str:
     """Register the experiment's env with Tune under a name RLlib can use, and return that name.
 
     Every env reaches RLlib through :func:`rl_app.envs.make_env` (with the declared
     wrappers), as it reaches evaluation and export. The name includes the wrappers, so
-    two experiments on one id with different wrappers never share a creator.
+    two experiments on one id with different wrappers never share a creator, and says
+    whether it is the evaluation variant (no training-only wrappers).
     """
     from ray.tune.registry import register_env
 
@@ -55,8 +56,40 @@ def registered_env(env: EnvSection) -> str:
         if env.wrappers is None
         else f"rl_app:{env.id}:{hashlib.sha1(wrappers.encode()).hexdigest()[:8]}"
     )
-    register_env(name, env_creator(env))
+    if evaluation:
+        name += ":evaluation"
+    register_env(name, env_creator(env, evaluation=evaluation))
     return name
+
+
+def mean_std_filter(env: Any = None, spaces: Any = None, device: Any = None) -> Any:
+    """RLlib's env-to-module MeanStdFilter: observations normalised by running statistics that RLlib
+    merges over the env runners every iteration and keeps in the checkpoint."""
+    from ray.rllib.connectors.env_to_module import MeanStdFilter
+
+    return MeanStdFilter(multi_agent=False)
+
+
+def _image_module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: str) -> Any:
+    """RLlib's module spec for an env with image observations (our module that takes them as the
+    env makes them), or None for any other env."""
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from rl_app.envs import observation_space
+    from rl_app.rllib.pixels import image_module_class, is_image_space
+
+    space = observation_space(experiment.env)
+    if not is_image_space(space):
+        return None
+    default_spec: Any = config.get_default_rl_module_spec()
+    module_class = image_module_class(default_spec.module_class)
+    if module_class is None:
+        raise ConfigError(
+            source,
+            f"algorithm: {experiment.algorithm} has no image-input model here "
+            f"(image observations {space.shape} {space.dtype} train with PPO, APPO, IMPALA or DQN)",
+        )
+    return RLModuleSpec(module_class=module_class)
 
 
 def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
@@ -87,6 +120,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     """An RLlib ``AlgorithmConfig`` for ``experiment``, validated by RLlib."""
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
+    from rl_app.envs import has_training_only_wrappers
     from rl_app.rllib.env_runner import env_runner_class
 
     spec = algorithm_spec(experiment.algorithm)
@@ -97,6 +131,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         .environment(env=registered_env(experiment.env), env_config=dict(experiment.env.config))
         .env_runners(
             env_runner_cls=env_runner_class(runners.restart_failed_envs, runners.max_env_failures),
+            env_to_module_connector=mean_std_filter if runners.observation_filter else None,
             num_env_runners=plan.num_env_runners,
             num_envs_per_env_runner=plan.num_envs_per_env_runner,
             rollout_fragment_length=runners.rollout_fragment_length,
@@ -120,8 +155,16 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         # boundaries (and so evaluation points and stop checks) at the mercy of wall time;
         # without it an iteration is a step count and a seeded run repeats itself.
         config.reporting(min_time_s_per_iteration=None)
+    image_module = _image_module_spec(experiment, config, source)
+    if image_module is not None:
+        config.rl_module(rl_module_spec=image_module)
     evaluation = experiment.evaluation
     if evaluation.interval:
+        evaluation_env = (
+            {"env": registered_env(experiment.env, evaluation=True)}
+            if has_training_only_wrappers(experiment.env)
+            else {}
+        )
         config.evaluation(
             evaluation_interval=evaluation.interval,
             evaluation_duration=evaluation.episodes,
@@ -130,6 +173,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
             evaluation_config={
                 "explore": evaluation.explore,
                 "num_envs_per_env_runner": evaluation_envs(evaluation.episodes, evaluation.num_env_runners),
+                **evaluation_env,
             },
         )
     try:
