@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve serve clean-env
+.PHONY: help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -117,6 +117,9 @@ bench-quick: setup ## start-up, sampling and learner throughput only (~3 min)
 
 bench-learning: setup ## train every shipped experiment as shipped and check its target return
 	$(BIN)/python bench/learning.py $(EXPS)
+
+soak: setup ## a 10-minute run, checkpoint every iteration: RSS, descriptors, threads, disk (MINUTES=10)
+	$(BIN)/python bench/soak.py --minutes $(or $(MINUTES),10)
 
 bench-serve: setup ## rl_app serve vs Ray Serve vs a plain FastAPI endpoint: req/s, p50/p99 at c=1,8,64 (~3 min)
 	$(BIN)/python bench/serve.py $(ARGS)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 LOG_FILE = "rl_app.log"
 # Loggers that Ray and torch give console handlers of their own (children of these that
-# have handlers are found at capture time); "py.warnings" carries Python's warnings.
-LIBRARY_LOGGERS = ("ray", "torch", "py.warnings")
+# have handlers are found at capture time); "py.warnings" carries Python's warnings, "mujoco"
+# MuJoCo's (rl_app.envs.factory routes them there).
+LIBRARY_LOGGERS = ("ray", "torch", "py.warnings", "mujoco")
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 

@@ -24,7 +24,8 @@ class CrashingCartPole(gymnasium.Wrapper):
     (every step from ``after_steps`` on: a recreated env fails again ``after_steps`` steps later);
     ``fail_reset``: every reset raises; 'all_but_first': every instance but the first made (the
     one rl_app checks the env with) fails at ``after_steps``;
-    'kill_runner_once': the first env in a Ray actor to reach ``after_steps`` SIGKILLs its process."""
+    'kill_runner_once': the first env in a Ray actor to reach ``after_steps`` SIGKILLs its process
+    (an env runner's, or in a sweep without remote runners the trial's own)."""
 
     def __init__(
         self, crash: str = "never", after_steps: int = 300, marker_dir: str = "", fail_reset: bool = False
@@ -53,7 +54,7 @@ class CrashingCartPole(gymnasium.Wrapper):
     def step(self, action: Any) -> Any:
         self.steps += 1
         killing = self.crash == "kill_runner_once" and self.steps >= self.after_steps and _in_a_ray_actor()
-        if killing and self._claim_the_one_crash():
+        if killing and self._claim("killed"):
             os.kill(os.getpid(), signal.SIGKILL)  # the env runner's whole worker process dies
         if self.steps >= self.after_steps and (
             self.crash == "always"

@@ -132,7 +132,7 @@ def test_crashing_trials_are_retried_then_recorded_and_the_sweep_completes(
   search: grid
   max_failures: 1
   space:
-    env.config.crash: {{grid: [never, once, always]}}
+    env.config.crash: {{grid: [never, once, always, kill_runner_once]}}
     env.config.marker_dir: {{grid: ["{marker_dir}"]}}
 """
     write_sweep(experiments, "flaky", sweep, env="faulty_env:CrashingCartPole", timesteps=1500)
@@ -152,9 +152,13 @@ def test_crashing_trials_are_retried_then_recorded_and_the_sweep_completes(
     assert by_mode["once"].timesteps >= 1500
     assert (by_mode["always"].status, by_mode["always"].failures) == ("error", 2)  # 1 try + 1 retry
     assert "deliberate crash (always)" in by_mode["always"].error
+    # The trial's own process SIGKILLed (its envs live in it): Tune retries it from its checkpoint.
+    killed = by_mode["kill_runner_once"]
+    assert (killed.status, killed.failures) == ("finished", 1) and killed.timesteps >= 1500
     assert summary.best is not None and summary.best.values["env.config.crash"] != "always"
     table = {r["env.config.crash"]: r for r in read_csv(summary.sweep_dir / "results.csv")}
     assert table["always"]["status"] == "error" and "deliberate crash" in table["always"]["error"]
+    assert table["kill_runner_once"]["status"] == "finished" and table["kill_runner_once"]["failures"] == "1"
 
 
 def result_iterations(trial_dir: Path) -> list[int]:

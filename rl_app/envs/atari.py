@@ -19,6 +19,14 @@ import gymnasium as gym
 import numpy as np
 
 
+def quiet_ale() -> None:
+    """Register the ALE ids and keep its banner and notes (printed from C++ at every env made)
+    off the console; its errors still reach it."""
+    import ale_py
+
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+
+
 def _ale(env: gym.Env) -> Any:
     return env.unwrapped.ale  # type: ignore[attr-defined]
 

@@ -6,6 +6,7 @@ import contextlib
 import difflib
 import functools
 import importlib
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,9 +15,9 @@ from rl_app.envs.wrappers import TRAINING_ONLY, import_class, wrapper_class
 from rl_app.errors import error_detail
 
 # Env families that register their Gymnasium ids on import, by id prefix: the module to import and
-# the function (if any) that registers them.
+# the function (if any) to call then (to register the ids, or to quiet a banner).
 ENV_NAMESPACES: dict[str, tuple[str, str | None]] = {
-    "ALE/": ("ale_py", None),
+    "ALE/": ("rl_app.envs.atari", "quiet_ale"),
     "MinAtar/": ("minatar.gym", "register_envs"),
 }
 
@@ -28,11 +29,27 @@ def _register_namespace(env_id: str) -> None:
         if env_id.startswith(prefix) and env_id not in gymnasium.envs.registry:
             try:
                 module = importlib.import_module(module_name)
+                if register is not None:
+                    getattr(module, register)()
             except ImportError as exc:
-                package = module_name.split(".")[0]
+                package = "ale-py" if module_name.startswith("rl_app") else module_name.split(".")[0]
                 raise ValueError(f"'{env_id}' needs the {package} package ({exc})") from None
-            if register is not None:
-                getattr(module, register)()
+
+
+def _log_mujoco_warning(message: str) -> None:
+    logging.getLogger("mujoco").warning(message.strip())
+
+
+def _route_library_warnings(env_id: str) -> None:
+    """MuJoCo prints its warnings (one per HalfCheetah made, about Gymnasium's XML) from C; send
+    them to the log instead, where library messages go (rl_app.log in a run folder)."""
+    import gymnasium
+
+    spec = gymnasium.envs.registry.get(env_id)
+    if spec is not None and "mujoco" in str(spec.entry_point):
+        import mujoco
+
+        mujoco.set_mju_user_warning(_log_mujoco_warning)
 
 
 def check_env_id(env_id: str) -> None:
@@ -77,6 +94,7 @@ def make_env(
         import gymnasium
 
         _register_namespace(env.id)
+        _route_library_warnings(env.id)
         instance = gymnasium.make(env.id, **kwargs)
     for wrapper in env.wrappers or ():
         if evaluation and wrapper.name in TRAINING_ONLY:

@@ -133,6 +133,7 @@ class TrainingRun:
         monitor, tensorboard = SystemMonitor(), TensorBoardLog(self.run_dir)
         every = self.experiment.checkpoint.every
         faults = (0.0, 0.0)
+        saved = start.iteration  # the iteration of the newest complete checkpoint this process wrote
         with (self.run_dir / "progress.csv").open("w", newline="") as handle, _interrupts_raise():
             progress = ProgressWriter(handle, start.rows)
             self.printer.header()
@@ -151,6 +152,7 @@ class TrainingRun:
                     last = metrics.return_mean
                     if metrics.iteration % every == 0:
                         last_checkpoint = self._checkpoint()
+                        saved = metrics.iteration
                     if step.stop_reason:
                         status, reason = "finished", step.stop_reason
                         break
@@ -160,8 +162,12 @@ class TrainingRun:
                 reason = f"{type(exc).__name__}: {first_line(exc, default='')}"
                 raise
             finally:
-                # The final checkpoint, unless this iteration was just saved (and uploaded) above.
-                if metrics is not None and metrics.iteration % every != 0:
+                # The final checkpoint, unless this iteration was just saved (and uploaded) above;
+                # a save that a signal cut short is written again (one the disk refused is not).
+                unsaved = metrics is not None and metrics.iteration != saved
+                if metrics is not None and (
+                    metrics.iteration % every != 0 or (unsaved and status == "interrupted")
+                ):
                     last_checkpoint = self._checkpoint()
                 tensorboard.close()
                 summary = RunSummary(
