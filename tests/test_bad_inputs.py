@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -267,12 +269,95 @@ CASES = {
         ["a sweep runs RLlib algorithms; QLearning is the tabular baseline"],
     ),
     "runs json of nothing": (None, ["runs", "--json", "--runs-dir", "nowhere"], ["runs folder 'nowhere'"]),
+    "atari without frameskip 1": (
+        "algorithm: PPO\nenv: {id: ALE/Pong-v5, wrappers: [atari]}\nstop: {timesteps: 1000}\n",
+        ["train", "bad"],
+        ["bad.yaml: env: 'ALE/Pong-v5' cannot be created", "set env.config.frameskip: 1"],
+    ),
+    "atari wrapper on a non-ALE env": (
+        GOOD.replace("env: CartPole-v1", "env: {id: CartPole-v1, wrappers: [atari]}"),
+        ["train", "bad"],
+        ["the 'atari' wrapper needs an ALE env"],
+    ),
+    "conv filter without a stride": (
+        GOOD + "model: {conv_filters: [[32, 8]]}\n",
+        ["show", "bad"],
+        ["model.conv_filters[0][2]"],
+    ),
+    "unknown observation filter": (
+        GOOD + "env_runners: {observation_filter: Norm}\n",
+        ["train", "bad"],
+        ["env_runners.observation_filter", "'MeanStdFilter'", "'Norm'"],
+    ),
+    "image observations for an algorithm without an image model": (
+        "algorithm: SAC\nenv: MinAtar/Breakout-v1\nstop: {timesteps: 1000}\n",
+        ["train", "bad"],
+        ["algorithm: SAC has no image-input model", "PPO, APPO, IMPALA or DQN"],
+    ),
+    "evaluate a run without a complete checkpoint": (
+        None,
+        ["evaluate", "runs/good/20260101-000000"],
+        ["run 'runs/good/20260101-000000' has no complete checkpoint"],
+    ),
+    "export a run without a complete checkpoint": (
+        None,
+        ["export", "runs/good/20260101-000000", "--format", "onnx"],
+        ["has no complete checkpoint"],
+    ),
+    "serve a run without a complete checkpoint": (
+        None,
+        ["serve", "runs/good/20260101-000000"],
+        ["has no complete checkpoint"],
+    ),
+    "serve off loopback without a token": (
+        None,
+        ["serve", "runs/good/20260101-000000", "--host", "0.0.0.0"],
+        ["--host 0.0.0.0 is reachable from other machines", "--token-file"],
+    ),
 }
+
+# Option values argparse refuses: (command line, expected fragments); exit 2 through SystemExit.
+OPTION_CASES = {
+    "evaluate zero episodes": (
+        ["evaluate", "RUN", "--episodes", "0"],
+        ["--episodes", "must be a positive integer"],
+    ),
+    "evaluate negative workers": (["evaluate", "RUN", "--workers", "-1"], ["--workers", "got '-1'"]),
+    "export unknown format": (["export", "RUN", "--format", "pickle"], ["invalid choice: 'pickle'", "onnx"]),
+    "serve zero batch": (["serve", "RUN", "--max-batch-size", "0"], ["--max-batch-size", "got '0'"]),
+    "serve negative wait": (["serve", "RUN", "--max-wait-ms", "-1"], ["--max-wait-ms", "got '-1'"]),
+    "train unknown option": (["train", "good", "--lr", "3"], ["unrecognized arguments: --lr 3"]),
+}
+
+
+@pytest.fixture
+def existing_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run folder under ./runs (the default runs dir), which no refused command may touch."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "runs" / "good" / "20260101-000000"
+    (run / "checkpoints" / "iter_000001").mkdir(parents=True)
+    (run / "checkpoints" / "iter_000001" / "algorithm_state.pkl").write_bytes(b"half a checkpoint")
+    (run / "progress.csv").write_text("iteration,timesteps,return_mean\n1,400,21.5\n")
+    (run / "config.yaml").write_text(GOOD)
+    (run / "status.json").write_text('{"status": "killed"}\n')
+    return tmp_path / "runs"
+
+
+def checksums(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_user_error_is_one_line_exit_2(
-    case: str, experiments: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    case: str,
+    experiments: Path,
+    existing_run: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     text, argv, fragments = CASES[case]
     (experiments / "good.yaml").write_text(GOOD)
@@ -281,6 +366,7 @@ def test_user_error_is_one_line_exit_2(
     if case == "gpu without gpu":
         monkeypatch.setattr("rl_app.cluster.resources.local_gpu_count", lambda: 0)
     before = sorted(p.name for p in experiments.iterdir())
+    runs_before = checksums(existing_run)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
@@ -288,6 +374,25 @@ def test_user_error_is_one_line_exit_2(
     for fragment in fragments:
         assert fragment in err, f"{fragment!r} not in {err!r}"
     assert sorted(p.name for p in experiments.iterdir()) == before
+    assert checksums(existing_run) == runs_before, "a refused command changed or added files under runs/"
+
+
+@pytest.mark.parametrize("case", list(OPTION_CASES))
+def test_a_refused_option_value_is_one_line_exit_2(
+    case: str, experiments: Path, existing_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv, fragments = OPTION_CASES[case]
+    (experiments / "good.yaml").write_text(GOOD)
+    argv = [str(existing_run / "good" / "20260101-000000") if a == "RUN" else a for a in argv]
+    runs_before = checksums(existing_run)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.match(rf"rl_app( {argv[0]})?: error: ", err), err
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} not in {err!r}"
+    assert checksums(existing_run) == runs_before
 
 
 def test_a_folder_named_like_an_experiment_file_is_named_as_a_folder(

@@ -146,10 +146,16 @@ def test_an_atari_experiment_trains_checkpoints_evaluates_and_exports(
     assert summary.status == "finished" and summary.iterations == 2
     checkpoint = list_checkpoints(summary.run_dir)[-1]
 
-    report = evaluate(str(summary.run_dir), episodes=1, runs_root=tmp_path)
+    report = evaluate(str(summary.run_dir), episodes=1, video=True, video_episodes=1, runs_root=tmp_path)
     # A whole game of Pong: a score in points, -21..21, over hundreds of steps.
     score = report["return"]["mean"]
     assert -21 <= score <= 21 and float(score).is_integer() and report["per_episode"][0]["length"] > 100
+    # The video shows the game's own 210x160 colour frames, not the 84x84 grayscale the model reads.
+    from moviepy.video.io.VideoFileClip import VideoFileClip
+
+    (video,) = report["videos"]
+    with VideoFileClip(video) as clip:
+        assert tuple(clip.size) == (160, 210)
 
     target = export_policy(str(summary.run_dir), "onnx", tmp_path / "export")
     spec = json.loads((target.parent / "policy.json").read_text())

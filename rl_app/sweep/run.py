@@ -36,6 +36,7 @@ from rl_app.sweep.results import (
     write_trial_experiments,
 )
 from rl_app.sweep.space import count_trials
+from rl_app.training.learners import require_rllib
 from rl_app.training.plan import check_experiment_env
 
 SWEEP_FILE = "sweep.json"
@@ -98,6 +99,7 @@ def plan_sweep(
             f"{loaded.source}: has no sweep section (add sweep.space, e.g. "
             "'training.lr: {loguniform: [1.0e-4, 1.0e-3]}')"
         )
+    require_rllib(loaded.config, "a sweep")
     check_experiment_env(loaded.config, loaded.source)
     storage = open_storage(loaded.config.storage or str(runs_root))
     return SweepPlan(loaded.name, loaded.config, loaded.source, storage)
