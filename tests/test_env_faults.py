@@ -88,7 +88,7 @@ def test_a_killed_env_runner_process_is_recreated_and_the_run_finishes(
     overrides = [*SMALL_PPO, "stop.iterations=8"]  # Ray takes a few seconds to bring the runner back
     summary = train("killed", overrides, runs_root=tmp_path / "runs", console=Console(file=out, width=200))
 
-    assert (markers / "crashed").exists(), "the runner process was never killed"
+    assert (markers / "killed").exists(), "the runner process was never killed"
     assert summary.status == "finished" and summary.iterations == 8
     restarts = [float(row["runner_restarts"]) for row in progress_rows(summary.run_dir)]
     assert restarts[-1] >= 1
