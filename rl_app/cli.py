@@ -82,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cluster = commands.add_parser("cluster", help="start/stop a local Ray head node (127.0.0.1, token auth)")
     cluster.add_argument("action", choices=("up", "down"))
-    cluster.add_argument("--port", type=_positive_int, default=6380, help="GCS port (default 6380)")
-    cluster.add_argument("--dashboard-port", type=_positive_int, default=8265, help="Jobs API (default 8265)")
+    cluster.add_argument("--port", type=_port, default=6380, help="GCS port (default 6380)")
+    cluster.add_argument("--dashboard-port", type=_port, default=8265, help="Jobs API (default 8265)")
     cluster.add_argument("--num-cpus", type=_positive_int, help="CPUs the head offers (default: all)")
     cluster.add_argument(
         "--bind",
@@ -148,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         "policy", metavar="POLICY", help="export folder (policy.json), or a run folder, checkpoint or URI"
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    serve.add_argument(
+        "--port", type=_port_or_zero, default=8000, help="port (default 8000; 0 picks a free one)"
+    )
     serve.add_argument("--token-file", type=Path, help="API token clients send as a bearer token")
     serve.add_argument(
         "--format", choices=("onnx", "torchscript"), help="which export to load (default onnx)"
@@ -184,6 +186,20 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})")
     return value
+
+
+def _port(text: str, lowest: int = 1) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not lowest <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number, {lowest} to 65535 (got {text!r})")
+    return value
+
+
+def _port_or_zero(text: str) -> int:
+    return _port(text, lowest=0)
 
 
 def _non_negative_float(text: str) -> float:

@@ -26,6 +26,12 @@ class EnvFailedError(UserError):
     exit_code = 1
 
 
+class EnvRunnersLostError(UserError):
+    """Remote env runners crashed more often than the experiment allows: the run stops."""
+
+    exit_code = 1
+
+
 def first_line(exc: BaseException, default: str | None = None) -> str:
     """The first line of an exception's message (libraries' messages run to many lines).
 

@@ -13,6 +13,8 @@ import pytest
 
 from rl_app.cli import main
 
+SHIPPED_CARTPOLE = str(Path(__file__).resolve().parents[1] / "experiments" / "ppo_cartpole.yaml")
+
 GOOD = "algorithm: PPO\nenv: CartPole-v1\ntraining: {lr: 0.001}\nstop: {timesteps: 1000}\n"
 
 
@@ -314,6 +316,48 @@ CASES = {
         ["serve", "runs/good/20260101-000000", "--host", "0.0.0.0"],
         ["--host 0.0.0.0 is reachable from other machines", "--token-file"],
     ),
+    "train into a runs dir that is a file": (
+        None,
+        ["train", "good", "--runs-dir", "experiments/good.yaml"],
+        ["--runs-dir experiments/good.yaml: cannot create run folders there", "not a folder"],
+    ),
+    "sweep into a runs dir that cannot be made": (
+        sweep("training.lr: {choice: [0.001]}"),
+        ["sweep", "bad", "--runs-dir", "/proc/rl_app_runs"],
+        ["--runs-dir /proc/rl_app_runs: cannot create run folders there"],
+    ),
+    "sweep set without a value": (
+        sweep("seed: {choice: [1]}"),
+        ["sweep", "bad", "--set", "lr"],
+        ["--set lr: must be KEY=VALUE"],
+    ),
+    "sweep storage scheme": (
+        sweep("seed: {choice: [1]}"),
+        ["sweep", "bad", "--storage", "ftp://host/x"],
+        ["unknown scheme 'ftp://'", "s3://"],
+    ),
+    "submit set without a value": (
+        None,
+        ["submit", SHIPPED_CARTPOLE, "--set", "lr"],
+        ["--set lr: must be KEY=VALUE"],
+    ),
+    "submit address scheme": (
+        None,
+        ["submit", SHIPPED_CARTPOLE, "--address", "ftp://127.0.0.1:8265"],
+        ["scheme must be http:// or https://"],
+    ),
+    "submit token file missing": (
+        None,
+        ["submit", SHIPPED_CARTPOLE, "--token-file", "no-such-token"],
+        ["cannot read the cluster token 'no-such-token'"],
+    ),
+    "jobs logs without an id": (None, ["jobs", "logs"], ["jobs logs needs a JOB_ID"]),
+    "runs of a missing folder": (
+        None,
+        ["runs", "--runs-dir", "no-such-runs"],
+        ["runs folder 'no-such-runs' does not exist"],
+    ),
+    "report of what is not a run": (None, ["report", "experiments"], ["has no progress.csv"]),
 }
 
 # Option values argparse refuses: (command line, expected fragments); exit 2 through SystemExit.
@@ -327,6 +371,24 @@ OPTION_CASES = {
     "serve zero batch": (["serve", "RUN", "--max-batch-size", "0"], ["--max-batch-size", "got '0'"]),
     "serve negative wait": (["serve", "RUN", "--max-wait-ms", "-1"], ["--max-wait-ms", "got '-1'"]),
     "train unknown option": (["train", "good", "--lr", "3"], ["unrecognized arguments: --lr 3"]),
+    "sweep zero samples": (["sweep", "good", "--samples", "0"], ["--samples", "must be a positive integer"]),
+    "cluster unknown action": (["cluster", "start"], ["invalid choice: 'start'", "'up', 'down'"]),
+    "cluster port out of range": (["cluster", "up", "--port", "70000"], ["--port", "1 to 65535"]),
+    "cluster zero cpus": (["cluster", "up", "--num-cpus", "0"], ["--num-cpus", "got '0'"]),
+    "cluster dashboard port": (["cluster", "up", "--dashboard-port", "x"], ["--dashboard-port", "got 'x'"]),
+    "jobs unknown action": (["jobs", "kill"], ["invalid choice: 'kill'", "'list', 'status', 'logs', 'stop'"]),
+    "report without a run": (["report"], ["the following arguments are required: RUN"]),
+    "evaluate zero video episodes": (
+        ["evaluate", "RUN", "--video-episodes", "0"],
+        ["--video-episodes", "got '0'"],
+    ),
+    "serve port out of range": (["serve", "RUN", "--port", "65536"], ["--port", "0 to 65535"]),
+    "serve zero replicas": (["serve", "RUN", "--replicas", "0"], ["--replicas", "got '0'"]),
+    "serve zero body bytes": (["serve", "RUN", "--max-body-bytes", "0"], ["--max-body-bytes", "got '0'"]),
+    "serve zero ongoing requests": (
+        ["serve", "RUN", "--max-ongoing-requests", "0"],
+        ["--max-ongoing-requests", "got '0'"],
+    ),
 }
 
 

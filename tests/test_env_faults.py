@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import SMALL_PPO, local_ray
@@ -93,3 +95,77 @@ def test_a_killed_env_runner_process_is_recreated_and_the_run_finishes(
     restarts = [float(row["runner_restarts"]) for row in progress_rows(summary.run_dir)]
     assert restarts[-1] >= 1
     assert "crashed env runner(s) recreated" in out.getvalue()
+
+
+@pytest.fixture
+def ray_kill_runner_after(monkeypatch: pytest.MonkeyPatch) -> Callable[[list[int]], None]:
+    """``ray.kill`` a remote env runner's actor (restartable) after each of the given iterations,
+    or after the first iteration following it at which a runner is up again."""
+    import ray
+
+    from rl_app.training.learners import RLlibLearner
+
+    def arrange(iterations: list[int]) -> None:
+        original, pending = RLlibLearner.train, sorted(iterations)
+
+        def train(self: RLlibLearner, *args: Any) -> Any:
+            metrics, result = original(self, *args)
+            if pending and metrics.iteration >= pending[0]:
+                handles = self.algo.env_runner_group.foreach_env_runner(
+                    lambda runner: ray.get_runtime_context().current_actor, local_env_runner=False
+                )
+                if handles:
+                    ray.kill(handles[0], no_restart=False)
+                    pending.pop(0)
+            return metrics, result
+
+        monkeypatch.setattr(RLlibLearner, "train", train)
+
+    return arrange
+
+
+def test_a_runner_actor_killed_through_ray_is_recreated_and_the_run_finishes(
+    experiments: Path, tmp_path: Path, ray_kill_runner_after: Callable[[list[int]], None]
+) -> None:
+    (experiments / "killed.yaml").write_text(
+        FAULTY.format(crash="never", after_steps=1, markers=tmp_path, runners=1)
+    )
+    ray_kill_runner_after([2])
+    out = io.StringIO()
+    # Iterations while the runner is down sample nothing: a step budget waits for its return.
+    overrides = [*SMALL_PPO, "stop.timesteps=3200", "stop.iterations=400"]
+    summary = train("killed", overrides, runs_root=tmp_path / "runs", console=Console(file=out, width=200))
+
+    assert summary.status == "finished" and summary.timesteps >= 3200
+    rows = progress_rows(summary.run_dir)
+    assert float(rows[-1]["runner_restarts"]) == 1
+    assert int(float(rows[-1]["timesteps"])) > int(float(rows[2]["timesteps"]))  # sampling went on
+    assert "1 crashed env runner(s) recreated" in out.getvalue()
+
+
+def test_runners_crashing_past_max_restarts_stop_the_run_in_one_line_with_a_final_checkpoint(
+    experiments: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    ray_kill_runner_after: Callable[[list[int]], None],
+) -> None:
+    (experiments / "killed.yaml").write_text(
+        FAULTY.format(crash="never", after_steps=1, markers=tmp_path, runners=1)
+    )
+    ray_kill_runner_after([2, 5])  # the first is restarted, the second is one more than allowed
+    overrides = [*SMALL_PPO, "stop.iterations=400", "env_runners.max_restarts=1", "checkpoint.every=4"]
+    code = main(["train", "killed", "--runs-dir", str(tmp_path), *(f"--set={o}" for o in overrides)])
+
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert "env runners crashed 2 times, more than env_runners.max_restarts=1 allows" in err
+    assert "Traceback" not in err
+    (run_dir,) = (tmp_path / "killed").iterdir()
+    rows = progress_rows(run_dir)
+    last = int(rows[-1]["iteration"])
+    assert 5 <= last < 400  # it stopped, and not before the second crash
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"
+    from rl_app.runs.checkpoints import latest_checkpoint, read_info
+
+    final = latest_checkpoint(run_dir)
+    assert final is not None and read_info(final).iteration == last  # the final checkpoint, not iter 4

@@ -117,3 +117,46 @@ def test_sigterm_during_a_checkpoint_save_still_ends_with_that_checkpoint_comple
     assert read_info(list_checkpoints(run_dir)[-1]).iteration == 2
     resumed = train(None, [], resume=str(run_dir), runs_root=tmp_path)
     assert resumed.status == "finished" and iterations(run_dir) == [1, 2, 3]
+
+
+# Lowers this process's file-size limit (RLIMIT_FSIZE) once the first checkpoint is complete: from
+# then on the kernel refuses every write past the limit (EFBIG), as a full disk refuses with ENOSPC.
+# The Ray processes started before are not limited; Python ignores SIGXFSZ, so writes fail, not kill.
+DISK_LIMIT = """
+import resource, sys
+from rl_app.training import loop
+limit = int(sys.argv[1])
+
+def write_marker(folder, info, real=loop.write_marker):
+    real(folder, info)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+loop.write_marker = write_marker
+from rl_app.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_disk_refusing_writes_mid_run_keeps_the_last_complete_checkpoint_resumable(tmp_path: Path) -> None:
+    command = [
+        "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
+        "--set", "stop.iterations=4", "--set", "checkpoint.every=1", "--set", "checkpoint.keep=3",
+        "--set", "model.fcnet_hiddens=[256, 256]",  # the model's files are over the limit, the logs not
+        *[arg for item in SMALL_PPO for arg in ("--set", item)],
+    ]  # fmt: skip
+    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+    result = subprocess.run(
+        [sys.executable, "-c", DISK_LIMIT, str(64 * 1024), *command],
+        env=env, capture_output=True, text=True, timeout=300, start_new_session=True,
+    )  # fmt: skip
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "cannot write checkpoint iter_000002" in result.stderr and "File too large" in result.stderr
+    assert "the latest complete checkpoint, iter_000001, is kept and resumable" in result.stderr
+    (run_dir,) = (tmp_path / "ppo_cartpole").iterdir()
+    assert [p.name for p in list_checkpoints(run_dir)] == ["iter_000001"]
+    assert not list((run_dir / "checkpoints").glob(".partial-*"))
+    assert iterations(run_dir) == [1, 2]  # progress.csv is whole: every iteration trained
+    resumed = train(None, [], resume=str(run_dir), runs_root=tmp_path)  # room on the disk again
+    assert resumed.status == "finished" and iterations(run_dir) == [1, 2, 3, 4]

@@ -106,7 +106,8 @@ class EnvRunnersSection(Section):
         20, description="Env failures in a row (no good step between) before the run stops."
     )
     max_restarts: NonNegativeInt = Field(
-        1000, description="Times a crashed remote env runner is recreated before the run stops."
+        1000,
+        description="Crashed remote env runners recreated (all together); one more crash stops the run.",
     )
     observation_filter: Literal["MeanStdFilter"] | None = Field(
         None,

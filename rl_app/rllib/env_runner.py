@@ -29,6 +29,20 @@ class _HandledEnvFailure(logging.Filter):
 logging.getLogger("ray.rllib").addFilter(_HandledEnvFailure())  # RLlib 2.60 env_runner.py logs there
 
 
+class _HandledRunnerCrash(logging.Filter):
+    """RLlib logs each call to a crashed env runner as an error (with whatever exception is being
+    handled at the time). The crash is ours to report: counted, said once per iteration, and past
+    ``max_restarts`` the run stops with one line. So these are warnings, kept in rl_app.log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            record.levelno, record.levelname, record.exc_info = logging.WARNING, "WARNING", None
+        return True
+
+
+logging.getLogger("ray.rllib.utils.actor_manager").addFilter(_HandledRunnerCrash())
+
+
 class RLAppEnvRunner(SingleAgentEnvRunner):
     """RLlib's runner, re-seedable at run time and drawing new evaluation starts each time.
 

@@ -27,6 +27,22 @@ EXPERIMENT_FILE = "experiment.yaml"
 TRACKED_PACKAGES = ("rl_app", "ray", "torch", "gymnasium", "numpy", "pydantic", "pyarrow")
 
 
+def ensure_runs_root(runs_root: Path) -> None:
+    """Create the runs folder now (after the inputs are checked, before Ray starts), or say why not."""
+    from rl_app.errors import UserError
+
+    try:
+        if runs_root.exists() and not runs_root.is_dir():
+            raise NotADirectoryError(20, "it is a file, not a folder")
+        runs_root.mkdir(parents=True, exist_ok=True)
+        if not os.access(runs_root, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise UserError(
+            f"--runs-dir {runs_root}: cannot create run folders there ({exc.strerror or exc})"
+        ) from None
+
+
 def new_run_dir(runs_root: Path, experiment_name: str) -> Path:
     """Create a fresh run folder; never reuses an existing one."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -24,7 +24,13 @@ from rl_app.config.sweep import metric_name
 from rl_app.console.progress import format_value, sweep_console, trial_table
 from rl_app.errors import UserError
 from rl_app.runs.files import read_json, write_json
-from rl_app.runs.layout import EXPERIMENT_FILE, new_run_dir, package_versions, write_experiment
+from rl_app.runs.layout import (
+    EXPERIMENT_FILE,
+    ensure_runs_root,
+    new_run_dir,
+    package_versions,
+    write_experiment,
+)
 from rl_app.runs.progress import METRIC_COLUMNS
 from rl_app.runs.remote import StorageFolder, folder_at_uri
 from rl_app.runs.storage import Storage, is_uri, open_storage
@@ -101,6 +107,8 @@ def plan_sweep(
         )
     require_rllib(loaded.config, "a sweep")
     check_experiment_env(loaded.config, loaded.source)
+    if loaded.config.storage is None:
+        ensure_runs_root(runs_root)
     storage = open_storage(loaded.config.storage or str(runs_root))
     return SweepPlan(loaded.name, loaded.config, loaded.source, storage)
 

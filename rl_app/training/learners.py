@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from rl_app.algorithms import algorithm_spec
 from rl_app.cluster.resources import ResourcePlan
 from rl_app.config import ExperimentConfig
-from rl_app.errors import UserError
+from rl_app.errors import EnvRunnersLostError, UserError
 from rl_app.runs.progress import IterationMetrics
 
 
@@ -37,16 +37,35 @@ class Learner(Protocol):
 class RLlibLearner:
     """An RLlib ``Algorithm`` (kept as ``algo``), through the functions of :mod:`rl_app.rllib`."""
 
-    def __init__(self, algo: Any, evaluation_interval: int) -> None:
+    def __init__(self, algo: Any, evaluation_interval: int, max_runner_restarts: int) -> None:
         self.algo, self.evaluation_interval = algo, evaluation_interval
+        self.max_runner_restarts = max_runner_restarts
 
     def train(self, previous_timesteps: int, elapsed_s: float) -> tuple[IterationMetrics, dict[str, Any]]:
         from rl_app.rllib.results import metrics_from_result
 
+        self._stop_if_runners_lost()
         result = self.algo.train()
         metrics = metrics_from_result(result, previous_timesteps, elapsed_s, self.evaluation_interval)
         metrics.runner_restarts = float(self.algo.env_runner_group.num_remote_worker_restarts())
         return metrics, result
+
+    def _stop_if_runners_lost(self) -> None:
+        """Stop before the next iteration once remote runners crashed more than the limit allows.
+
+        Crashes are RLlib's restarts plus the runners still down. Ray's per-actor restart limit
+        (which RLlib sets to the same number) would let each runner crash that often; the limit
+        is for the run, and without this check RLlib would go on sampling from what is left.
+        """
+        group = self.algo.env_runner_group
+        down = group.num_remote_workers() - group.num_healthy_remote_workers()
+        crashes = group.num_remote_worker_restarts() + down
+        if down and crashes > self.max_runner_restarts:
+            raise EnvRunnersLostError(
+                f"env runners crashed {crashes} times, more than env_runners.max_restarts="
+                f"{self.max_runner_restarts} allows ({down} of {group.num_remote_workers()} down); "
+                "the run stops at its last complete iteration, saved as the final checkpoint"
+            )
 
     def evaluate(self) -> float:
         from rl_app.rllib.results import evaluation_return
@@ -141,8 +160,10 @@ def prepare_learner(
     from rl_app.rllib.config import algorithm_config, resolved_settings
 
     config = algorithm_config(experiment, plan, source)
-    interval = experiment.evaluation.interval
-    return resolved_settings(experiment, config), lambda: RLlibLearner(build_algorithm(config), interval)
+    interval, max_restarts = experiment.evaluation.interval, experiment.env_runners.max_restarts
+    return resolved_settings(experiment, config), lambda: RLlibLearner(
+        build_algorithm(config), interval, max_restarts
+    )
 
 
 def require_rllib(experiment: ExperimentConfig, what: str) -> None:
