@@ -210,9 +210,16 @@ def raw_ceiling(env: Any, num_envs: int, steps: int) -> float:
     return steps / elapsed
 
 
-def sampling(experiment: str, runners: int, steps: int, num_envs: int | None = None) -> float:
-    """Env steps/s of the experiment's env runners (its model doing inference), no learning."""
-    overrides = [f"env_runners.num_env_runners={runners}", "evaluation.interval=0"]
+def sampling(
+    experiment: str, runners: int, steps: int, num_envs: int | None = None, runner: str = "auto"
+) -> float:
+    """Env steps/s of the experiment's env runners (its model doing inference), no learning;
+    ``runner``: 'auto' (ours where the experiment fits it) or 'rllib' (RLlib's runner)."""
+    overrides = [
+        f"env_runners.num_env_runners={runners}",
+        "evaluation.interval=0",
+        f"env_runners.runner={runner}",
+    ]
     if num_envs is not None:
         overrides.append(f"env_runners.num_envs_per_env_runner={num_envs}")
     algo = build_experiment_algo(experiment, overrides, max(2, runners + 1), 0)
@@ -240,6 +247,7 @@ def throughput(steps: int) -> dict[str, Any]:
     import ray
 
     from rl_app.config import load_experiment
+    from rl_app.rllib.sampling import describe_sampling
 
     rows: dict[str, Any] = {}
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
@@ -249,19 +257,32 @@ def throughput(steps: int) -> dict[str, Any]:
             ("ppo_cartpole", 1),
             ("sac_pendulum", 1),
             ("ppo_halfcheetah", 2),
+            ("sac_halfcheetah", 2),
             ("ppo_pong", 10),
         ):
             config = load_experiment(experiment).config
             n = steps // share
             ceiling = raw_ceiling(config.env, config.env_runners.num_envs_per_env_runner, n)
-            rows[experiment] = {"env": config.env.id, "raw_single_process_steps_per_s": ceiling}
+            row = rows[experiment] = {
+                "env": config.env.id,
+                "sampler": describe_sampling(config),
+                "raw_single_process_steps_per_s": ceiling,
+            }
             for runners in (0, 1, 2):
-                rate = sampling(experiment, runners, n)
-                # The ceiling for N remote runners is N processes of raw stepping.
-                rows[experiment][f"{runners}_runners"] = {
+                # Ours and RLlib's side by side; for N remote runners the ceiling is N raw processes.
+                rate, rllib = (
+                    sampling(experiment, runners, n),
+                    sampling(experiment, runners, n, runner="rllib"),
+                )
+                row[f"{runners}_runners"] = {
                     "steps_per_s": rate,
                     "fraction_of_ceiling": rate / (ceiling * max(1, runners)),
+                    "rllib_steps_per_s": rllib,
+                    "rllib_fraction_of_ceiling": rllib / (ceiling * max(1, runners)),
                 }
+            # Same vectorization, same process count: the driver sampling against the raw vector env.
+            row["fast_fraction_of_raw"] = row["0_runners"]["fraction_of_ceiling"]
+            row["fast_vs_rllib"] = row["0_runners"]["steps_per_s"] / row["0_runners"]["rllib_steps_per_s"]
         rows["ppo_cartpole"]["per_step_cost"] = per_step_cost("ppo_cartpole", "CartPole-v1", steps)
     finally:
         ray.shutdown()
@@ -275,9 +296,16 @@ def per_step_cost(
     through RLlib's time per vector step minus the raw env's, as fixed + per-env cost."""
     widths, overheads, rates = [], [], {}
     for num_envs in env_counts:
-        rate = sampling(experiment, 0, steps, num_envs=num_envs)
+        rate = sampling(experiment, 0, steps, num_envs=num_envs, runner="rllib")
+        fast = sampling(experiment, 0, steps, num_envs=num_envs)
         raw = raw_ceiling(env_id, num_envs, steps)
-        rates[num_envs] = {"steps_per_s": rate, "raw_steps_per_s": raw, "fraction_of_ceiling": rate / raw}
+        rates[num_envs] = {
+            "steps_per_s": rate,
+            "fast_steps_per_s": fast,
+            "raw_steps_per_s": raw,
+            "fraction_of_ceiling": rate / raw,
+            "fast_fraction_of_ceiling": fast / raw,
+        }
         widths.append(num_envs)
         overheads.append(num_envs / rate - num_envs / raw)
     slope, intercept = statistics.linear_regression(widths, overheads)
@@ -289,6 +317,9 @@ def per_step_cost(
         "raw_us_per_env_step": raw_per_env * 1e6,
         # With infinitely many envs the fixed part vanishes; this is the most RLlib's runner can reach.
         "best_possible_fraction": raw_per_env / (raw_per_env + slope),
+        # One core, the best envs-per-runner of each.
+        "best_fast_vs_best_rllib": max(r["fast_steps_per_s"] for r in rates.values())
+        / max(r["steps_per_s"] for r in rates.values()),
     }
 
 
@@ -329,30 +360,38 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"\nrl_app / SB3 median wall time: **{t['ratio']:.2f}x**{bound}")
     lines += [
         "",
-        "| sampling | raw env steps/s | 0 runners | 1 runner | 2 runners |",
-        "|---|---|---|---|---|",
+        "| sampling, steps/s (fraction of raw): ours / RLlib's | raw env | 0 runners | 1 runner | 2 runners "
+        "| ours / RLlib's, 0 runners |",
+        "|---|---|---|---|---|---|",
     ]
     for experiment, row in results["throughput"].items():
         cells = [
-            f"{row[f'{n}_runners']['steps_per_s']:,.0f} ({row[f'{n}_runners']['fraction_of_ceiling']:.0%})"
-            for n in (0, 1, 2)
+            f"{r['steps_per_s']:,.0f} ({r['fraction_of_ceiling']:.0%}) / "
+            f"{r['rllib_steps_per_s']:,.0f} ({r['rllib_fraction_of_ceiling']:.0%})"
+            for r in (row[f"{n}_runners"] for n in (0, 1, 2))
         ]
         lines.append(
-            f"| {experiment} ({row['env']}) | {row['raw_single_process_steps_per_s']:,.0f} | "
+            f"| {experiment} ({row['env']}; {row['sampler']}) | "
+            f"{row['raw_single_process_steps_per_s']:,.0f} | "
             + " | ".join(cells)
-            + " |"
+            + f" | **{row['fast_vs_rllib']:.1f}x** |"
         )
     cost = results["throughput"]["ppo_cartpole"]["per_step_cost"]
     lines += [
         "",
-        "| ppo_cartpole on the driver, envs per runner | RLlib steps/s | raw env steps/s | fraction |",
-        "|---|---|---|---|",
+        "| ppo_cartpole on the driver, envs per runner | ours steps/s | RLlib steps/s | raw env steps/s "
+        "| ours / RLlib's fraction |",
+        "|---|---|---|---|---|",
     ]
     for num_envs, r in cost["by_num_envs"].items():
         lines.append(
-            f"| {num_envs} | {r['steps_per_s']:,.0f} | {r['raw_steps_per_s']:,.0f} | "
-            f"{r['fraction_of_ceiling']:.0%} |"
+            f"| {num_envs} | {r['fast_steps_per_s']:,.0f} | {r['steps_per_s']:,.0f} | "
+            f"{r['raw_steps_per_s']:,.0f} | "
+            f"{r['fast_fraction_of_ceiling']:.0%} / {r['fraction_of_ceiling']:.0%} |"
         )
+    lines.append(
+        f"\nOurs / RLlib's, each at its best width, one core: **{cost['best_fast_vs_best_rllib']:.1f}x**."
+    )
     lines.append(
         f"\nRLlib's sampling cost beyond the env: {cost['fixed_ms_per_vector_step']:.2f} ms per vector step"
         " + "

@@ -109,6 +109,11 @@ class EnvRunnersSection(Section):
         1000,
         description="Crashed remote env runners recreated (all together); one more crash stops the run.",
     )
+    runner: Literal["auto", "rllib"] = Field(
+        "auto",
+        description="'auto': our batched sampler where the experiment fits it (the start says which); "
+        "'rllib': RLlib's SingleAgentEnvRunner always.",
+    )
     observation_filter: Literal["MeanStdFilter"] | None = Field(
         None,
         description="Normalise observations by running mean and std (RLlib's MeanStdFilter connector, "

@@ -122,6 +122,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
 
     from rl_app.envs import has_training_only_wrappers
     from rl_app.rllib.env_runner import env_runner_class
+    from rl_app.rllib.sampling import sampling_refusal
 
     spec = algorithm_spec(experiment.algorithm)
     runners = experiment.env_runners
@@ -130,7 +131,9 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         .framework("torch")
         .environment(env=registered_env(experiment.env), env_config=dict(experiment.env.config))
         .env_runners(
-            env_runner_cls=env_runner_class(runners.restart_failed_envs, runners.max_env_failures),
+            env_runner_cls=env_runner_class(
+                runners.restart_failed_envs, runners.max_env_failures, sampling_refusal(experiment) is None
+            ),
             env_to_module_connector=mean_std_filter if runners.observation_filter else None,
             num_env_runners=plan.num_env_runners,
             num_envs_per_env_runner=plan.num_envs_per_env_runner,

@@ -111,11 +111,18 @@ class RLAppEnvRunner(SingleAgentEnvRunner):
                 self._env_failed(exc, "reset")
 
 
-def env_runner_class(restart_failed_envs: bool, max_env_failures: int) -> type[RLAppEnvRunner]:
-    """:class:`RLAppEnvRunner` with the experiment's env-failure limits (RLlib builds the runners
-    from the class alone)."""
+def env_runner_class(
+    restart_failed_envs: bool, max_env_failures: int, fast: bool = False
+) -> type[RLAppEnvRunner]:
+    """:class:`RLAppEnvRunner` (or, with ``fast``, our batched sampler built on it) with the
+    experiment's env-failure limits (RLlib builds the runners from the class alone)."""
+    base: type[RLAppEnvRunner] = RLAppEnvRunner
+    if fast:
+        from rl_app.rllib.sampling import FastEnvRunner
+
+        base = FastEnvRunner
     return type(
-        "RLAppEnvRunner",
-        (RLAppEnvRunner,),
+        base.__name__,
+        (base,),
         {"restart_failed_envs": restart_failed_envs, "max_env_failures": max_env_failures},
     )

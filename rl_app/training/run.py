@@ -297,6 +297,10 @@ def train(
         resources = resource_plan.describe()
         if algorithm_spec(experiment.algorithm).backend == "tabular":
             resources = "tabular, numpy on the driver: no env runners, no learner"
+        else:
+            from rl_app.rllib.sampling import describe_sampling
+
+            resources += f"; sampling: {describe_sampling(experiment)}"
         _print_start(console, plan, resources, run_dir, mirror)
         loop = TrainingLoop(build_learner(), experiment, plan.name)
         try:

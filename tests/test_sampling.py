@@ -1,0 +1,163 @@
+"""Our batched sampler against RLlib's runner: same config, seeds and weights give the same
+episodes (observations, actions, rewards, boundaries, lookback, extra model outputs) and the same
+metrics, for every algorithm it serves; experiments it does not fit say so and use RLlib's."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from rl_app.cluster.resources import plan_resources
+from rl_app.config import load_experiment
+from rl_app.rllib.config import algorithm_config
+from rl_app.rllib.env_runner import env_runner_class
+from rl_app.rllib.sampling import FastEnvRunner, describe_sampling, sampling_refusal
+
+TESTS = Path(__file__).resolve().parent
+EPISODE_METRICS = ("episode_return_mean", "episode_len_mean", "num_env_steps_sampled", "num_episodes")
+
+
+def runner_pair(name: str, overrides: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """Our runner and RLlib's (through RLAppEnvRunner), built from one config, same weights."""
+    loaded = load_experiment(name, ("env_runners.num_envs_per_env_runner=4", *overrides))
+    config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+    ours = env_runner_class(True, 20, fast=True)(config=config)
+    theirs = env_runner_class(True, 20, fast=False)(config=config)
+    assert isinstance(ours, FastEnvRunner) and not isinstance(theirs, FastEnvRunner)
+    theirs.set_state(ours.get_state())
+    return ours, theirs
+
+
+def episode_data(episode: Any) -> dict[str, Any]:
+    return {
+        "id": episode.id_,
+        "t_started": episode.t_started,
+        "len": len(episode),
+        "terminated": episode.is_terminated,
+        "truncated": episode.is_truncated,
+        "lookback": (episode.observations.lookback, episode.actions.lookback, episode.rewards.lookback),
+        "observations": episode.get_observations(),
+        "actions": episode.get_actions(),
+        "rewards": episode.get_rewards(),
+        "infos": episode.get_infos(),
+        **{f"extra.{k}": episode.get_extra_model_outputs(k) for k in sorted(episode.extra_model_outputs)},
+    }
+
+
+def assert_same_episodes(ours: list[Any], theirs: list[Any], ids: dict[str, str]) -> None:
+    assert [len(e) for e in ours] == [len(e) for e in theirs]
+    for mine, other in zip(map(episode_data, ours), map(episode_data, theirs), strict=True):
+        # Ids are random; the same episode must keep one id across calls, in both.
+        assert ids.setdefault(mine.pop("id"), other["id"]) == other.pop("id")
+        assert mine.keys() == other.keys()
+        for key, value in mine.items():
+            if isinstance(value, np.ndarray):
+                assert value.dtype == other[key].dtype, key
+                np.testing.assert_array_equal(value, other[key], err_msg=key)
+            else:
+                assert value == other[key], key
+
+
+# Exploring, then greedy (inference), then exploring again. SAC stays exploring: its greedy
+# log-probs have another shape, which RLlib's own runner cannot put in one episode either.
+MIXED, EXPLORING, GREEDY = [True, True, False, True], [True, True, True], [False, False, False]
+
+
+@pytest.mark.parametrize(
+    ("experiment", "calls"),
+    [
+        ("ppo_cartpole", MIXED),
+        ("appo_cartpole", MIXED),
+        ("dqn_cartpole", MIXED),  # epsilon-greedy inside the module, from the step count
+        ("sac_pendulum", EXPLORING),  # squashed Gaussian, unsquashed to the bounds, truncated episodes
+        ("sac_pendulum", GREEDY),
+        ("ppo_catch", MIXED),
+    ],
+)
+def test_same_weights_and_seeds_give_rllibs_episodes_and_metrics(
+    experiment: str, calls: list[bool], shipped: Path
+) -> None:
+    import torch
+
+    ours, theirs = runner_pair(experiment)
+    ids: dict[str, str] = {}
+    continued = False
+    for call, explore in enumerate(calls):
+        torch.manual_seed(call)
+        mine = ours.sample(num_timesteps=282, explore=explore)
+        torch.manual_seed(call)
+        other = theirs.sample(num_timesteps=282, explore=explore)
+        assert_same_episodes(mine, other, ids)
+        continued |= any(len(e) and e.t_started > 0 for e in mine)
+    assert continued, "no episode continued across calls"
+    my_metrics, their_metrics = ours.get_metrics(), theirs.get_metrics()
+    for key in EPISODE_METRICS:
+        assert my_metrics[key].peek() == their_metrics[key].peek(), key
+    assert my_metrics["num_episodes"].peek() > 0
+    assert (
+        ours.get_state()["num_env_steps_sampled_lifetime"]
+        == theirs.get_state()["num_env_steps_sampled_lifetime"]
+    )
+
+
+def test_a_failing_env_is_recreated_the_same_way(shipped: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    overrides = ("env.id=faulty_env:CrashingCartPole", "env.config={crash: always, after_steps: 45}")
+    ours, theirs = runner_pair("ppo_cartpole", overrides)
+    ids: dict[str, str] = {}
+    for call in range(3):  # 25 steps per env and call: the second call meets the failure
+        torch.manual_seed(call)
+        mine = ours.sample(num_timesteps=100, explore=True)
+        torch.manual_seed(call)
+        assert_same_episodes(mine, theirs.sample(num_timesteps=100, explore=True), ids)
+    assert ours.get_metrics()["num_env_step_failures"].peek() > 0
+
+
+def test_experiments_it_does_not_fit_use_rllibs_runner_and_say_why(shipped: Path) -> None:
+    def refusal(name: str, *overrides: str) -> str | None:
+        return sampling_refusal(load_experiment(name, overrides).config)
+
+    assert refusal("ppo_cartpole") is None and refusal("sac_halfcheetah") is None
+    assert refusal("ppo_cartpole", "env_runners.runner=rllib") == "env_runners.runner: rllib"
+    assert refusal("ppo_halfcheetah") == "env_runners.observation_filter MeanStdFilter is an RLlib connector"
+    assert (
+        describe_sampling(load_experiment("ppo_cartpole", ("env_runners.runner=rllib",)).config)
+        == "RLlib's runner (env_runners.runner: rllib)"
+    )
+    loaded = load_experiment("ppo_halfcheetah", ())
+    config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+    assert not issubclass(config.env_runner_cls, FastEnvRunner)
+
+
+def test_a_runner_with_connectors_of_its_own_falls_back_to_rllibs_sampling(shipped: Path) -> None:
+    """Built as ours by hand with a MeanStdFilter pipeline: it must sample as RLlib does."""
+    import torch
+
+    ours, theirs = runner_pair("ppo_cartpole", ("env_runners.observation_filter=MeanStdFilter",))
+    torch.manual_seed(0)
+    mine = ours.sample(num_timesteps=60, explore=True)
+    torch.manual_seed(0)
+    assert_same_episodes(mine, theirs.sample(num_timesteps=60, explore=True), {})
+    assert ours._fast_refusal is not None and "MeanStdFilter" in ours._fast_refusal
+
+
+def test_the_start_says_which_runner_samples(shipped: Path, tmp_path: Path, ray_session: None) -> None:
+    from helpers import SMALL_PPO
+
+    from rl_app.training.run import train
+
+    out = io.StringIO()
+    train(
+        "ppo_cartpole",
+        [*SMALL_PPO, "stop.iterations=1"],
+        runs_root=tmp_path,
+        console=Console(file=out, width=300),
+    )
+    assert "sampling: fast runner" in out.getvalue()
