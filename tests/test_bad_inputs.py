@@ -319,7 +319,7 @@ CASES = {
     "train into a runs dir that is a file": (
         None,
         ["train", "good", "--runs-dir", "experiments/good.yaml"],
-        ["--runs-dir experiments/good.yaml: cannot create run folders there", "not a folder"],
+        ["--runs-dir experiments/good.yaml: cannot create run folders there", "is a file, not a folder"],
     ),
     "sweep into a runs dir that cannot be made": (
         sweep("training.lr: {choice: [0.001]}"),

@@ -27,16 +27,20 @@ EXPERIMENT_FILE = "experiment.yaml"
 TRACKED_PACKAGES = ("rl_app", "ray", "torch", "gymnasium", "numpy", "pydantic", "pyarrow")
 
 
-def ensure_runs_root(runs_root: Path) -> None:
-    """Create the runs folder now (after the inputs are checked, before Ray starts), or say why not."""
+def check_runs_root(runs_root: Path) -> None:
+    """Say now, before Ray starts, when run folders cannot be made under ``runs_root``; creates
+    nothing (a probe folder in its nearest existing parent is made and removed)."""
+    import tempfile
+
     from rl_app.errors import UserError
 
+    existing = runs_root.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        if runs_root.exists() and not runs_root.is_dir():
-            raise NotADirectoryError(20, "it is a file, not a folder")
-        runs_root.mkdir(parents=True, exist_ok=True)
-        if not os.access(runs_root, os.W_OK | os.X_OK):
-            raise PermissionError(13, "Permission denied")
+        if not existing.is_dir():
+            raise NotADirectoryError(20, f"{existing} is a file, not a folder")
+        os.rmdir(tempfile.mkdtemp(prefix=".rl_app-probe-", dir=existing))
     except OSError as exc:
         raise UserError(
             f"--runs-dir {runs_root}: cannot create run folders there ({exc.strerror or exc})"

@@ -26,7 +26,7 @@ from rl_app.errors import UserError
 from rl_app.runs.files import read_json, write_json
 from rl_app.runs.layout import (
     EXPERIMENT_FILE,
-    ensure_runs_root,
+    check_runs_root,
     new_run_dir,
     package_versions,
     write_experiment,
@@ -108,7 +108,7 @@ def plan_sweep(
     require_rllib(loaded.config, "a sweep")
     check_experiment_env(loaded.config, loaded.source)
     if loaded.config.storage is None:
-        ensure_runs_root(runs_root)
+        check_runs_root(runs_root)
     storage = open_storage(loaded.config.storage or str(runs_root))
     return SweepPlan(loaded.name, loaded.config, loaded.source, storage)
 

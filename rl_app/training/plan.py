@@ -13,7 +13,7 @@ from rl_app.config.loader import read_yaml
 from rl_app.errors import ConfigError, UserError
 from rl_app.runs.checkpoints import CheckpointError, check_ray_version, latest_checkpoint, read_info
 from rl_app.runs.files import read_json
-from rl_app.runs.layout import EXPERIMENT_FILE, ensure_runs_root, experiment_dict
+from rl_app.runs.layout import EXPERIMENT_FILE, check_runs_root, experiment_dict
 from rl_app.runs.remote import StorageFolder, open_checkpoint, open_run
 
 # Changing these when resuming is expected (train longer, keep more checkpoints).
@@ -131,5 +131,5 @@ def plan_new_run(
                 f"this experiment is {experiment.algorithm} on {experiment.env.id}"
             )
         plan.init_checkpoint = checkpoint
-    ensure_runs_root(runs_root)  # the run folder is local even when mirrored to --storage
+    check_runs_root(runs_root)  # the run folder is local even when mirrored to --storage
     return plan
