@@ -16,6 +16,7 @@ from helpers import SMALL_PPO, local_ray
 from rich.console import Console
 
 from rl_app.cli import main
+from rl_app.runs.checkpoints import latest_checkpoint, read_info
 from rl_app.training.run import train
 
 TESTS = Path(__file__).resolve().parent
@@ -165,7 +166,5 @@ def test_runners_crashing_past_max_restarts_stop_the_run_in_one_line_with_a_fina
     last = int(rows[-1]["iteration"])
     assert 5 <= last < 400  # it stopped, and not before the second crash
     assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"
-    from rl_app.runs.checkpoints import latest_checkpoint, read_info
-
     final = latest_checkpoint(run_dir)
     assert final is not None and read_info(final).iteration == last  # the final checkpoint, not iter 4

@@ -76,19 +76,25 @@ def iterations(run_dir: Path) -> list[int]:
         return [int(row["iteration"]) for row in csv.DictReader(handle)]
 
 
-def train_struck(tmp_path: Path, moment: str, signal_name: str) -> tuple[subprocess.CompletedProcess, Path]:
-    command = [
-        "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
-        "--set", "stop.iterations=3", "--set", "checkpoint.every=1", "--set", "checkpoint.keep=1",
-        *[arg for item in SMALL_PPO for arg in ("--set", item)],
-    ]  # fmt: skip
+def train_in_a_child(
+    tmp_path: Path, script: str, script_args: list[str], overrides: list[str]
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """``rl_app train ppo_cartpole`` (SMALL_PPO plus ``overrides``) run by ``script`` in a
+    process of its own; the result and the run folder."""
+    sets = [arg for item in [*SMALL_PPO, *overrides] for arg in ("--set", item)]
+    command = ["train", "ppo_cartpole", "--runs-dir", str(tmp_path), *sets]
     env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
     result = subprocess.run(
-        [sys.executable, "-c", STRIKE, moment, signal_name, *command],
+        [sys.executable, "-c", script, *script_args, *command],
         env=env, capture_output=True, text=True, timeout=300, start_new_session=True,
     )  # fmt: skip
     (run_dir,) = (tmp_path / "ppo_cartpole").iterdir()
     return result, run_dir
+
+
+def train_struck(tmp_path: Path, moment: str, signal_name: str) -> tuple[subprocess.CompletedProcess, Path]:
+    overrides = ["stop.iterations=3", "checkpoint.every=1", "checkpoint.keep=1"]
+    return train_in_a_child(tmp_path, STRIKE, [moment, signal_name], overrides)
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
@@ -138,23 +144,16 @@ sys.exit(main(sys.argv[2:]))
 
 
 def test_a_disk_refusing_writes_mid_run_keeps_the_last_complete_checkpoint_resumable(tmp_path: Path) -> None:
-    command = [
-        "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
-        "--set", "stop.iterations=4", "--set", "checkpoint.every=1", "--set", "checkpoint.keep=3",
-        "--set", "model.fcnet_hiddens=[256, 256]",  # the model's files are over the limit, the logs not
-        *[arg for item in SMALL_PPO for arg in ("--set", item)],
+    overrides = [
+        "stop.iterations=4", "checkpoint.every=1", "checkpoint.keep=3",
+        "model.fcnet_hiddens=[256, 256]",  # the model's files are over the limit, the logs not
     ]  # fmt: skip
-    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
-    result = subprocess.run(
-        [sys.executable, "-c", DISK_LIMIT, str(64 * 1024), *command],
-        env=env, capture_output=True, text=True, timeout=300, start_new_session=True,
-    )  # fmt: skip
+    result, run_dir = train_in_a_child(tmp_path, DISK_LIMIT, [str(64 * 1024)], overrides)
 
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert "cannot write checkpoint iter_000002" in result.stderr and "File too large" in result.stderr
     assert "the latest complete checkpoint, iter_000001, is kept and resumable" in result.stderr
-    (run_dir,) = (tmp_path / "ppo_cartpole").iterdir()
     assert [p.name for p in list_checkpoints(run_dir)] == ["iter_000001"]
     assert not list((run_dir / "checkpoints").glob(".partial-*"))
     assert iterations(run_dir) == [1, 2]  # progress.csv is whole: every iteration trained

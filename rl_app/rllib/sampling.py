@@ -16,10 +16,21 @@ actions stay RLlib's. Experiments it does not fit fall back to RLlib's runner, w
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, cast
 
+import gymnasium as gym
 import numpy as np
+import torch
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
+from ray.rllib.env.env_runner import ENV_STEP_FAILURE
+from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
+from ray.rllib.utils.metrics import RLMODULE_INFERENCE_TIMER, WEIGHTS_SEQ_NO
+from ray.rllib.utils.spaces.space_utils import clip_action, get_base_struct_from_space, unsquash_action
 
+from rl_app.envs import observation_space
 from rl_app.rllib.env_runner import RLAppEnvRunner
 
 logger = logging.getLogger(__name__)
@@ -46,10 +57,6 @@ DEFAULT_MODULE_TO_ENV = (
 
 def sampling_refusal(experiment: Any) -> str | None:
     """Why ``experiment`` samples with RLlib's runner, or None when ours fits it."""
-    import gymnasium as gym
-
-    from rl_app.envs import observation_space
-
     runners = experiment.env_runners
     if runners.runner == "rllib":
         return "env_runners.runner: rllib"
@@ -69,9 +76,6 @@ def describe_sampling(experiment: Any) -> str:
 
 
 def _pipeline_refusal(runner: Any) -> str | None:
-    import gymnasium as gym
-    from ray.rllib.callbacks.callbacks import RLlibCallback
-
     env_to_module = tuple(type(c).__name__ for c in runner._env_to_module.connectors)
     module_to_env = tuple(type(c).__name__ for c in runner._module_to_env.connectors)
     if env_to_module != DEFAULT_ENV_TO_MODULE or module_to_env != DEFAULT_MODULE_TO_ENV:
@@ -95,23 +99,13 @@ _NARROWER = {np.dtype(np.int64): np.int32, np.dtype(np.float64): np.float32}
 
 def _to_tensor(array: np.ndarray) -> Any:
     """RLlib's ``convert_to_torch_tensor`` for one CPU array: floats become float32."""
-    import torch
-
     tensor = torch.from_numpy(array)
     return tensor.float() if tensor.is_floating_point() and tensor.dtype != torch.float16 else tensor
-
-
-def _categorical() -> type:
-    from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
-
-    return TorchCategorical
 
 
 def _sample_categorical(logits: Any) -> tuple[Any, Any]:
     """``TorchCategorical.from_logits(logits)``'s ``sample()`` and ``logp()``, the same operations
     on the same torch RNG, without building the distribution objects (a third of a step's time)."""
-    import torch
-
     normalized = logits - logits.logsumexp(dim=-1, keepdim=True)
     probs = torch.nn.functional.softmax(normalized, dim=-1)
     actions = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
@@ -156,10 +150,6 @@ class FastEnvRunner(RLAppEnvRunner):
     def _act(self, observations: np.ndarray, explore: bool, t: int) -> dict[str, np.ndarray]:
         """RLlib's forward pass and ``GetActions`` on the stacked observations (the module is in
         eval mode for the whole sample call, see :meth:`_sample_timesteps`)."""
-        import torch
-        from ray.rllib.core.columns import Columns
-        from ray.rllib.utils.metrics import RLMODULE_INFERENCE_TIMER
-
         module: Any = self.module
         with torch.no_grad(), self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
             batch = {Columns.OBS: _to_tensor(observations)}
@@ -170,7 +160,7 @@ class FastEnvRunner(RLAppEnvRunner):
                     dist_class = module.get_exploration_action_dist_cls()
                 else:
                     dist_class = module.get_inference_action_dist_cls()
-                if explore and dist_class is _categorical():
+                if explore and dist_class is TorchCategorical:
                     out[Columns.ACTIONS], out[Columns.ACTION_LOGP] = _sample_categorical(
                         out[Columns.ACTION_DIST_INPUTS]
                     )
@@ -185,21 +175,12 @@ class FastEnvRunner(RLAppEnvRunner):
                     out[Columns.ACTION_LOGP] = dist.logp(out[Columns.ACTIONS])
         return {key: _to_numpy(value) for key, value in out.items() if isinstance(value, torch.Tensor)}
 
-    def _actions_for_env(self, actions: np.ndarray) -> np.ndarray:
-        from ray.rllib.utils.spaces.space_utils import (
-            clip_action,
-            get_base_struct_from_space,
-            unsquash_action,
-        )
-
-        env: Any = self.env
-        space = env.single_action_space
-        if not hasattr(self, "_action_struct"):
-            self._action_struct = get_base_struct_from_space(space)
+    def _actions_for_env(self, actions: np.ndarray, action_struct: Any) -> np.ndarray:
+        """RLlib's ``NormalizeAndClipActions``, on the whole batch at once."""
         if self.config.normalize_actions:
-            return unsquash_action(actions, self._action_struct)
+            return unsquash_action(actions, action_struct)
         if self.config.clip_actions:
-            return clip_action(actions, self._action_struct)
+            return clip_action(actions, action_struct)
         return actions
 
     def _sample_timesteps(self, num_timesteps: int, explore: bool, force_reset: bool) -> list[Any]:
@@ -215,9 +196,6 @@ class FastEnvRunner(RLAppEnvRunner):
     def _sample_timesteps_in_eval_mode(
         self, num_timesteps: int, explore: bool, force_reset: bool
     ) -> list[Any]:
-        from ray.rllib.core.columns import Columns
-        from ray.rllib.env.env_runner import ENV_STEP_FAILURE
-
         if force_reset or self._needs_initial_reset:
             self._reset_envs_and_episodes(explore)
         self._cached_to_module = None  # RLlib's timestep path never runs after ours
@@ -232,6 +210,7 @@ class FastEnvRunner(RLAppEnvRunner):
                 for episode in episodes
             ]
         )
+        action_struct = get_base_struct_from_space(cast(Any, self.env).single_action_space)
         steps: list[dict[str, Any]] = []
         chunk_start = [0] * n  # each env's first step of its current episode
         done_episodes: list[Any] = []
@@ -241,7 +220,7 @@ class FastEnvRunner(RLAppEnvRunner):
             t = (self.num_env_steps_sampled_lifetime // runners + ts) * runners
             out = self._act(observations, explore, t)
             actions = out.pop(Columns.ACTIONS)
-            results = self._try_env_step(self._actions_for_env(actions))
+            results = self._try_env_step(self._actions_for_env(actions, action_struct))
             if isinstance(results, str) and results == ENV_STEP_FAILURE:
                 # As RLlib: the ongoing episodes are dropped (finished ones kept), every env starts over.
                 ts, steps = 0, []
@@ -305,11 +284,6 @@ class FastEnvRunner(RLAppEnvRunner):
 
     def _fill(self, episode: Any, steps: list[dict[str, Any]], i: int, start: int, stop: int) -> None:
         """``add_env_step`` for env ``i``'s steps ``start:stop``, all at once."""
-        import time
-
-        from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
-        from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
-
         span = steps[start:stop]
         if not span:
             return
