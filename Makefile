@@ -118,8 +118,8 @@ bench-quick: setup ## start-up, sampling and learner throughput only (~3 min)
 bench-learning: setup ## train every shipped experiment as shipped and check its target return
 	$(BIN)/python bench/learning.py $(EXPS)
 
-soak: setup ## a 10-minute run, checkpoint every iteration: RSS, descriptors, threads, disk (MINUTES=10)
-	$(BIN)/python bench/soak.py --minutes $(or $(MINUTES),10)
+soak: setup ## a 20-minute run, checkpoint every iteration: RSS, descriptors, threads, disk (MINUTES=20)
+	$(BIN)/python bench/soak.py --minutes $(or $(MINUTES),20)
 
 bench-serve: setup ## rl_app serve vs Ray Serve vs a plain FastAPI endpoint: req/s, p50/p99 at c=1,8,64 (~3 min)
 	$(BIN)/python bench/serve.py $(ARGS)

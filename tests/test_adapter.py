@@ -19,12 +19,15 @@ def build(name: str, *overrides: str, cpus: int = 2, gpus: int = 0):  # type: ig
 
 
 def test_ppo_settings_reach_rllib(shipped: Path) -> None:
-    config, plan = build("ppo_cartpole", "training.lambda=0.95", "seed=11")
-    assert config.lr == pytest.approx(3e-4)
+    config, plan = build(
+        "ppo_cartpole", "training.lambda=0.95", "seed=11", "env_runners.num_env_runners=auto"
+    )
+    assert config.lr == [[0, pytest.approx(1e-3)], [100_000, 0.0]]  # a schedule, as RLlib takes it
     assert config.lambda_ == pytest.approx(0.95)
-    assert config.num_epochs == 6 and config.minibatch_size == 128
-    assert config.model_config["fcnet_hiddens"] == [32]
-    assert config.model_config["vf_share_layers"] is True
+    assert config.num_epochs == 20 and config.minibatch_size == 256
+    assert config.vf_clip_param == pytest.approx(10_000)
+    assert config.model_config["fcnet_hiddens"] == [64, 64]
+    assert config.model_config["vf_share_layers"] is False
     assert config.seed == 11
     # The env reaches RLlib through our one env factory, registered under its id.
     from ray.tune.registry import ENV_CREATOR, _global_registry
@@ -66,30 +69,25 @@ def test_evaluation_envs_divide_the_episodes(episodes: int, runners: int, envs: 
 
 
 @pytest.mark.parametrize(
-    ("cpus", "gpus", "overrides", "runners", "gpus_per_learner"),
+    ("experiment", "cpus", "gpus", "overrides", "runners", "gpus_per_learner"),
     [
-        (2, 0, (), 0, 0),  # one runner would take turns with the learner: the driver samples
-        (
-            2,
-            0,
-            ("algorithm=APPO", "env_runners.rollout_fragment_length=32"),
-            1,
-            0,
-        ),  # APPO samples while it learns: the runner pays off
-        (3, 0, (), 2, 0),
-        (16, 0, (), 15, 0),
-        (1, 0, (), 0, 0),
-        (16, 1, (), 15, 1),  # a visible GPU is used without any config change
-        (16, 1, ("learners.device=cpu",), 15, 0),
-        (8, 0, ("env_runners.num_env_runners=3",), 3, 0),
-        (8, 0, ("env_runners.reserved_cpus=3",), 5, 0),
-        (8, 0, ("evaluation.interval=1", "evaluation.num_env_runners=2"), 5, 0),
+        ("ppo_cartpole", 2, 0, (), 0, 0),  # one runner would take turns with the learner: the driver samples
+        ("appo_cartpole", 2, 0, (), 1, 0),  # APPO samples while it learns: the runner pays off
+        ("ppo_cartpole", 3, 0, (), 2, 0),
+        ("ppo_cartpole", 16, 0, (), 15, 0),
+        ("ppo_cartpole", 1, 0, (), 0, 0),
+        ("ppo_cartpole", 16, 1, (), 15, 1),  # a visible GPU is used without any config change
+        ("ppo_cartpole", 16, 1, ("learners.device=cpu",), 15, 0),
+        ("ppo_cartpole", 8, 0, ("env_runners.num_env_runners=3",), 3, 0),
+        ("ppo_cartpole", 8, 0, ("env_runners.reserved_cpus=3",), 5, 0),
+        ("ppo_cartpole", 8, 0, ("evaluation.interval=1", "evaluation.num_env_runners=2"), 5, 0),
     ],
 )
 def test_resource_plan(  # type: ignore[no-untyped-def]
-    shipped: Path, cpus, gpus, overrides, runners, gpus_per_learner
+    shipped: Path, experiment, cpus, gpus, overrides, runners, gpus_per_learner
 ) -> None:
-    config, plan = build("ppo_cartpole", *overrides, cpus=cpus, gpus=gpus)
+    # ppo_cartpole samples on the driver (num_env_runners: 0); the plan is what "auto" gives.
+    config, plan = build(experiment, "env_runners.num_env_runners=auto", *overrides, cpus=cpus, gpus=gpus)
     assert plan.num_env_runners == runners == config.num_env_runners
     assert plan.num_gpus_per_learner == gpus_per_learner == config.num_gpus_per_learner
     assert ("GPU" if gpus_per_learner else "CPU") in plan.describe()

@@ -45,8 +45,8 @@ def test_show_resolves_defaults_yaml_and_overrides(shipped: Path, capsys: pytest
     out = capsys.readouterr().out
     resolved = yaml.safe_load(out)
     assert resolved["training"]["lr"] == pytest.approx(5e-4)  # override
-    assert resolved["training"]["num_epochs"] == 6  # from the YAML
-    assert resolved["training"]["clip_param"] == pytest.approx(0.3)  # RLlib's default
-    assert resolved["model"]["fcnet_hiddens"] == [32]
-    assert resolved["checkpoint"] == {"every": 10, "keep": 3, "replay_buffer": True}  # schema default
+    assert resolved["training"]["num_epochs"] == 20  # from the YAML
+    assert resolved["training"]["kl_target"] == pytest.approx(0.01)  # RLlib's default
+    assert resolved["model"]["fcnet_hiddens"] == [64, 64]
+    assert resolved["checkpoint"] == {"every": 20, "keep": 3, "replay_buffer": True}  # schema default
     assert "# resources on this machine:" in out

@@ -105,6 +105,40 @@ def test_same_weights_and_seeds_give_rllibs_episodes_and_metrics(
     )
 
 
+@pytest.mark.parametrize(
+    ("experiment", "calls"),
+    [
+        ("ppo_cartpole", [False, True, False]),  # greedy (evaluation), exploring, greedy
+        ("dqn_cartpole", [False, True]),
+        ("sac_pendulum", [False, False]),
+        ("ppo_catch", [False, True]),
+    ],
+)
+def test_whole_episodes_as_evaluation_samples_them_are_rllibs_too(
+    experiment: str, calls: list[bool], shipped: Path
+) -> None:
+    """``sample(num_episodes=...)``, evaluation's call: fresh envs every call, complete episodes only,
+    the first to finish in env order; a timestep call after it starts from fresh envs as well."""
+    import torch
+
+    ours, theirs = runner_pair(experiment)
+    ids: dict[str, str] = {}
+    for call, explore in enumerate(calls):
+        torch.manual_seed(call)
+        mine = ours.sample(num_episodes=6, explore=explore)
+        torch.manual_seed(call)
+        other = theirs.sample(num_episodes=6, explore=explore)
+        assert len(mine) == 6 and all(e.is_done and e.t_started == 0 for e in mine)
+        assert_same_episodes(mine, other, ids)
+    torch.manual_seed(len(calls))
+    mine = ours.sample(num_timesteps=60, explore=True)
+    torch.manual_seed(len(calls))
+    assert_same_episodes(mine, theirs.sample(num_timesteps=60, explore=True), ids)
+    my_metrics, their_metrics = ours.get_metrics(), theirs.get_metrics()
+    for key in EPISODE_METRICS:
+        assert my_metrics[key].peek() == their_metrics[key].peek(), key
+
+
 def test_a_failing_env_is_recreated_the_same_way(shipped: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
@@ -117,6 +151,12 @@ def test_a_failing_env_is_recreated_the_same_way(shipped: Path, monkeypatch: pyt
         mine = ours.sample(num_timesteps=100, explore=True)
         torch.manual_seed(call)
         assert_same_episodes(mine, theirs.sample(num_timesteps=100, explore=True), ids)
+    assert ours.get_metrics()["num_env_step_failures"].peek() > 0  # counted per get_metrics() call
+    theirs.get_metrics()
+    torch.manual_seed(3)  # whole episodes (evaluation) through a failure: the failed ones dropped
+    mine = ours.sample(num_episodes=30, explore=False)
+    torch.manual_seed(3)
+    assert_same_episodes(mine, theirs.sample(num_episodes=30, explore=False), ids)
     assert ours.get_metrics()["num_env_step_failures"].peek() > 0
 
 

@@ -66,7 +66,7 @@ def test_run_folder_tells_its_own_story(shipped: Path, tmp_path: Path) -> None:
 
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert resolved["training"]["train_batch_size_per_learner"] == 400
-    assert resolved["training"]["clip_param"] == pytest.approx(0.3)  # RLlib default, recorded
+    assert resolved["training"]["kl_target"] == pytest.approx(0.01)  # RLlib default, recorded
     metadata = json.loads((run_dir / "metadata.json").read_text())
     assert metadata["seed"] == 5
     assert metadata["overrides"] == overrides

@@ -9,8 +9,8 @@ and the step's arrays kept as they are. The episodes are then filled once per ``
 outputs, metrics and callbacks as RLlib's runner gives them. Same seeds, same weights: same
 episodes, to the bit (tests/test_sampling.py).
 
-Only timestep sampling (training) takes this path; episode sampling (evaluation) and random
-actions stay RLlib's. Experiments it does not fit fall back to RLlib's runner, with the reason.
+Timestep sampling (training) and episode sampling (evaluation) take this path; random actions
+stay RLlib's. Experiments it does not fit fall back to RLlib's runner, with the reason.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def _to_numpy(tensor: Any) -> np.ndarray:
 
 
 class FastEnvRunner(RLAppEnvRunner):
-    """:class:`RLAppEnvRunner` whose timestep sampling steps the vector env with batched arrays."""
+    """:class:`RLAppEnvRunner` whose sampling steps the vector env with batched arrays."""
 
     _fast_refusal: str | bool | None = False  # False: not checked yet
 
@@ -137,7 +137,7 @@ class FastEnvRunner(RLAppEnvRunner):
             self._fast_refusal = _pipeline_refusal(self)
             if self._fast_refusal is not None:
                 logger.warning("fast sampling off, RLlib's runner samples: %s", self._fast_refusal)
-        if num_timesteps is None or random_actions or self._fast_refusal is not None:
+        if random_actions or self._fast_refusal is not None:
             return super()._sample(
                 num_timesteps=num_timesteps,
                 num_episodes=num_episodes,
@@ -145,11 +145,11 @@ class FastEnvRunner(RLAppEnvRunner):
                 random_actions=random_actions,
                 force_reset=force_reset,
             )
-        return self._sample_timesteps(num_timesteps, explore, force_reset)
+        return self._sample_batched(num_timesteps, num_episodes, explore, force_reset)
 
     def _act(self, observations: np.ndarray, explore: bool, t: int) -> dict[str, np.ndarray]:
         """RLlib's forward pass and ``GetActions`` on the stacked observations (the module is in
-        eval mode for the whole sample call, see :meth:`_sample_timesteps`)."""
+        eval mode for the whole sample call, see :meth:`_sample_batched`)."""
         module: Any = self.module
         with torch.no_grad(), self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
             batch = {Columns.OBS: _to_tensor(observations)}
@@ -183,21 +183,30 @@ class FastEnvRunner(RLAppEnvRunner):
             return clip_action(actions, action_struct)
         return actions
 
-    def _sample_timesteps(self, num_timesteps: int, explore: bool, force_reset: bool) -> list[Any]:
+    def _sample_batched(
+        self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
+    ) -> list[Any]:
         module: Any = self.module
         was_training = module.training
         module.eval()  # RLlib's forward_* switch it on every step: a walk over all layers, twice
         try:
-            return self._sample_timesteps_in_eval_mode(num_timesteps, explore, force_reset)
+            if num_timesteps is not None:
+                return self._sample_in_eval_mode(num_timesteps, None, explore, force_reset)
+            assert num_episodes is not None
+            return self._sample_in_eval_mode(None, num_episodes, explore, force_reset)
         finally:
             if was_training:
                 module.train()
 
-    def _sample_timesteps_in_eval_mode(
-        self, num_timesteps: int, explore: bool, force_reset: bool
+    def _sample_in_eval_mode(
+        self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
     ) -> list[Any]:
-        if force_reset or self._needs_initial_reset:
+        """RLlib's ``_sample`` for ``num_timesteps`` (episode chunks, continued next call) or
+        ``num_episodes`` (complete episodes from freshly reset envs; the unfinished are dropped)."""
+        if force_reset or num_episodes is not None or self._needs_initial_reset:
             self._reset_envs_and_episodes(explore)
+        if num_episodes is not None:
+            self._needs_initial_reset = True  # the next call starts from fresh episodes too
         self._cached_to_module = None  # RLlib's timestep path never runs after ours
         episodes: list[Any] = self._ongoing_episodes
         n = self.num_envs
@@ -216,7 +225,9 @@ class FastEnvRunner(RLAppEnvRunner):
         done_episodes: list[Any] = []
         runners = self.config.num_env_runners or 1
         ts = 0
-        while ts < num_timesteps:
+        while (
+            ts < num_timesteps if num_timesteps is not None else len(done_episodes) < cast(int, num_episodes)
+        ):
             t = (self.num_env_steps_sampled_lifetime // runners + ts) * runners
             out = self._act(observations, explore, t)
             actions = out.pop(Columns.ACTIONS)
@@ -255,9 +266,16 @@ class FastEnvRunner(RLAppEnvRunner):
                 self._make_on_episode_callback("on_episode_end", i, episodes)
                 done_episodes.append(episodes[i].to_numpy() if self.episodes_to_numpy else episodes[i])
                 self._new_episode(i, episodes)
+                if num_episodes is not None and len(done_episodes) >= num_episodes:
+                    break
             resetting = done
             observations = np.asarray(next_observations)
 
+        if num_episodes is not None:
+            self._done_episodes_for_metrics.extend(done_episodes)
+            self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
+            self._increase_sampled_metrics(ts, len(done_episodes))
+            return done_episodes
         ongoing = []
         for i in range(n):
             if not resetting[i]:
