@@ -402,16 +402,19 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _keep_skipped_cases(results: dict[str, Any], path: Path, skipped: list[str]) -> None:
-    """A skipped time-to-solve case keeps the figures of today's earlier run, marked as such."""
-    if "time_to_solve" not in results or not path.is_file():
+def _keep_skipped_cases(results: dict[str, Any], skipped: list[str]) -> None:
+    """A skipped time-to-solve case keeps the figures of the latest full run that has it, marked so."""
+    if "time_to_solve" not in results:
         return
-    earlier = json.loads(path.read_text()).get("time_to_solve", {})
+    earlier_runs = sorted(RESULTS.glob("compare-????-??-??.json"), reverse=True)  # newest first
     for key in skipped:
-        if key in earlier:
-            kept = earlier[key]
-            kept.setdefault("note", "kept from an earlier run of the day: skipped in this one")
-            results["time_to_solve"][key] = kept
+        for path in earlier_runs:
+            earlier = json.loads(path.read_text()).get("time_to_solve", {})
+            if key in earlier:
+                kept = earlier[key]
+                kept.setdefault("note", f"kept from {path.name}: skipped in this run")
+                results["time_to_solve"][key] = kept
+                break
 
 
 def main() -> int:
@@ -432,7 +435,7 @@ def main() -> int:
     results["throughput"] = throughput(steps=20_000 if args.quick else 50_000)
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"compare-{results['date']}{'-quick' if args.quick else ''}"
-    _keep_skipped_cases(results, stem.with_suffix(".json"), args.skip)
+    _keep_skipped_cases(results, args.skip)
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
     stem.with_suffix(".md").write_text(table)

@@ -103,7 +103,7 @@ def plot(samples: list[dict[str, Any]], steady_from_s: float, out: Path) -> None
     pids = sorted({pid for s in samples for pid in s["processes"]})
     for pid in pids:
         points = [(s["t"] / 60, s["processes"][pid]) for s in samples if pid in s["processes"]]
-        name = points[0][1]["role"]
+        name = points[-1][1]["role"]  # a worker is "ray::IDLE" until it becomes an actor
         if name not in ("driver", "env runner", "ray worker"):
             continue
         memory.plot([t for t, _ in points], [p["rss_mb"] for _, p in points], label=f"{name} {pid}")
@@ -173,7 +173,7 @@ def main() -> int:
     failures = []
     for pid in sorted({pid for s in samples for pid in s["processes"]}):
         points = [(s["t"], s["processes"][pid]) for s in samples if pid in s["processes"]]
-        name = points[0][1]["role"]
+        name = points[-1][1]["role"]  # a worker is "ray::IDLE" until it becomes an actor
         if points[-1][0] - points[0][0] < args.minutes * 60 / 2:
             continue  # short-lived helper processes
         point_times, rss = [t for t, _ in points], [p["rss_mb"] for _, p in points]

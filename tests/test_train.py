@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,3 +183,28 @@ def test_library_messages_go_to_the_run_log_not_the_console(shipped: Path, tmp_p
     assert f"Ray's and RLlib's own messages: {run_dir / 'rl_app.log'}" in quiet.stdout
     loud = subprocess.run([*command, *args, "--verbose"], capture_output=True, text=True, timeout=300)
     assert loud.returncode == 0 and "new API stack" in loud.stderr
+
+
+SESSION_TASK_EVENTS = """
+import ray
+from rl_app.cluster.session import ray_session
+with ray_session():
+    print(ray._config.task_events_max_num_task_in_gcs())
+"""
+
+
+def test_a_local_ray_keeps_a_bounded_task_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The soak's GCS growth: Ray keeps 100,000 tasks' events by default, ours 10,000; the
+    environment variable still decides when set."""
+    from rl_app.cluster.session import TASK_EVENTS_KEPT, _task_events_cap
+
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_task_events_max_num_task_in_gcs")
+    }
+    started = subprocess.run(
+        [sys.executable, "-c", SESSION_TASK_EVENTS], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.split() == [str(TASK_EVENTS_KEPT)]
+    monkeypatch.setenv("RAY_task_events_max_num_task_in_gcs", "777")
+    assert _task_events_cap() == {}

@@ -46,6 +46,21 @@ def _import_in_background(modules: Sequence[str]) -> threading.Thread:
     return thread
 
 
+# Ray pre-starts one idle worker per core, which on a small machine competes with our own
+# start-up for the CPU; env runner actors start their own.
+LOCAL_SYSTEM_CONFIG = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
+# Ray's GCS keeps the events of the last 100,000 tasks for the dashboard: ~+240 MB per hour of
+# a run with small iterations before that cap is reached (docs/reliability.md, the soak). A
+# training run needs the recent ones only; RAY_task_events_max_num_task_in_gcs still wins.
+TASK_EVENTS_KEPT = 10_000
+
+
+def _task_events_cap() -> dict[str, int]:
+    if "RAY_task_events_max_num_task_in_gcs" in os.environ:
+        return {}
+    return {"task_events_max_num_task_in_gcs": TASK_EVENTS_KEPT}
+
+
 @contextmanager
 def ray_session(
     address: str | None = None, verbose: bool = False, preload: Sequence[str] = ()
@@ -87,9 +102,7 @@ def ray_session(
                 include_dashboard=False,
                 log_to_driver=verbose,
                 logging_level=logging.WARNING if verbose else logging.ERROR,
-                # Ray pre-starts one idle worker per core, which on a small machine competes
-                # with our own start-up for the CPU; env runner actors start their own.
-                _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
+                _system_config=LOCAL_SYSTEM_CONFIG | _task_events_cap(),
             )
     preloading.join()
     if not verbose:
