@@ -284,22 +284,23 @@ def throughput(steps: int) -> dict[str, Any]:
             # Same vectorization, same process count: the driver sampling against the raw vector env.
             row["fast_fraction_of_raw"] = row["0_runners"]["fraction_of_ceiling"]
             row["fast_vs_rllib"] = row["0_runners"]["steps_per_s"] / row["0_runners"]["rllib_steps_per_s"]
-        rows["ppo_cartpole"]["per_step_cost"] = per_step_cost("ppo_cartpole", "CartPole-v1", steps)
+        rows["ppo_cartpole"]["per_step_cost"] = per_step_cost("ppo_cartpole", steps)
     finally:
         ray.shutdown()
     return rows
 
 
-def per_step_cost(
-    experiment: str, env_id: str, steps: int, env_counts: tuple[int, ...] = (8, 32, 64)
-) -> dict[str, Any]:
+def per_step_cost(experiment: str, steps: int, env_counts: tuple[int, ...] = (8, 32, 64)) -> dict[str, Any]:
     """Where sampling time goes: driver sampling at several vector-env widths, and a line fitted
     through RLlib's time per vector step minus the raw env's, as fixed + per-env cost."""
+    from rl_app.config import load_experiment
+
+    env = load_experiment(experiment).config.env
     widths, overheads, rates = [], [], {}
     for num_envs in env_counts:
         rate = sampling(experiment, 0, steps, num_envs=num_envs, runner="rllib")
         fast = sampling(experiment, 0, steps, num_envs=num_envs)
-        raw = raw_ceiling(env_id, num_envs, steps)
+        raw = raw_ceiling(env, num_envs, steps)
         rates[num_envs] = {
             "steps_per_s": rate,
             "fast_steps_per_s": fast,
@@ -428,15 +429,18 @@ def main() -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     results: dict[str, Any] = {"date": date.today().isoformat(), "machine": f"{os.cpu_count()} CPUs"}
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"compare-{results['date']}{'-quick' if args.quick else ''}"
     results["startup"] = startup()
     if not args.quick:
         cases = [key for key in CASES if key not in args.skip]
         results["time_to_solve"] = {key: time_to_solve(CASES[key], list(range(args.seeds))) for key in cases}
+        _keep_skipped_cases(results, args.skip)
+        # Kept as they come: a failure in the sampling part must not lose half an hour of runs.
+        stem.with_suffix(".partial.json").write_text(json.dumps(results, indent=2) + "\n")
     results["throughput"] = throughput(steps=20_000 if args.quick else 50_000)
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"compare-{results['date']}{'-quick' if args.quick else ''}"
-    _keep_skipped_cases(results, args.skip)
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    stem.with_suffix(".partial.json").unlink(missing_ok=True)
     table = markdown(results)
     stem.with_suffix(".md").write_text(table)
     print(table)
