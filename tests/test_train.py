@@ -208,3 +208,27 @@ def test_a_local_ray_keeps_a_bounded_task_history(monkeypatch: pytest.MonkeyPatc
     assert started.stdout.split() == [str(TASK_EVENTS_KEPT)]
     monkeypatch.setenv("RAY_task_events_max_num_task_in_gcs", "777")
     assert _task_events_cap() == {}
+
+
+def test_short_iterations_print_a_line_a_second_and_every_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import math
+    import time
+
+    from rich.console import Console
+
+    from rl_app.console.progress import ProgressPrinter
+    from rl_app.runs.progress import IterationMetrics
+
+    tenths = [0]  # a clock in tenths of a second: exact, no float drift
+    monkeypatch.setattr(time, "monotonic", lambda: tenths[0] / 10)
+    out = io.StringIO()
+    printer = ProgressPrinter(Console(file=out, width=120), stop_timesteps=10_000, stop_time_s=None)
+    for i in range(1, 31):  # 3 s of 0.1 s iterations, an evaluation at iteration 15
+        evaluated = 475.0 if i == 15 else math.nan
+        printer.iteration(
+            IterationMetrics(i, 256 * i, 1, 20.0, 9.0, 40.0, 20.0, evaluated, 2560.0, 0.1, i / 10)
+        )
+        tenths[0] += 1
+    printed = [int(line.split()[0]) for line in out.getvalue().splitlines()]
+    assert printed == [1, 11, 15, 25]

@@ -1,4 +1,4 @@
-"""Live training progress: one line per iteration, and the final summary."""
+"""Live training progress: a line per iteration (at most one a second), and the final summary."""
 
 from __future__ import annotations
 
@@ -24,14 +24,20 @@ def _fmt_return(value: float) -> str:
     return "     n/a" if math.isnan(value) else f"{value:8.1f}"
 
 
+# ppo_cartpole's iterations take ~0.1 s: a line for each would scroll the screen away.
+MIN_SECONDS_BETWEEN_LINES = 1.0
+
+
 class ProgressPrinter:
-    """Prints one line per iteration: iteration, timesteps, return, steps/s, elapsed, ETA."""
+    """Prints a line per iteration (iteration, timesteps, return, steps/s, elapsed, ETA), at most
+    one a second; an iteration with an evaluation always gets its line."""
 
     def __init__(self, console: Console, stop_timesteps: int | None, stop_time_s: float | None):
         self.console = console
         self.stop_timesteps = stop_timesteps
         self.stop_time_s = stop_time_s
         self.started = time.monotonic()
+        self._last_line: float | None = None
 
     def eta_s(self, metrics: IterationMetrics) -> float:
         remaining = []
@@ -48,6 +54,11 @@ class ProgressPrinter:
         )
 
     def iteration(self, metrics: IterationMetrics) -> None:
+        now = time.monotonic()
+        recent = self._last_line is not None and now - self._last_line < MIN_SECONDS_BETWEEN_LINES
+        if recent and math.isnan(metrics.eval_return_mean):
+            return
+        self._last_line = now
         self.console.print(
             f"{metrics.iteration:5d} {metrics.timesteps:11,d}   {_fmt_return(metrics.return_mean)}"
             f"   {_fmt_return(metrics.eval_return_mean)} {metrics.steps_per_s:9,.0f}"
