@@ -190,10 +190,7 @@ class FastEnvRunner(RLAppEnvRunner):
         was_training = module.training
         module.eval()  # RLlib's forward_* switch it on every step: a walk over all layers, twice
         try:
-            if num_timesteps is not None:
-                return self._sample_in_eval_mode(num_timesteps, None, explore, force_reset)
-            assert num_episodes is not None
-            return self._sample_in_eval_mode(None, num_episodes, explore, force_reset)
+            return self._sample_in_eval_mode(num_timesteps, num_episodes, explore, force_reset)
         finally:
             if was_training:
                 module.train()
