@@ -43,10 +43,12 @@ def test_ppo_settings_reach_rllib(shipped: Path) -> None:
 def test_dqn_replay_target_and_epsilon_reach_rllib(shipped: Path) -> None:
     config, _ = build("dqn_cartpole")
     assert config.replay_buffer_config["type"] == "PrioritizedEpisodeReplayBuffer"
-    assert config.replay_buffer_config["capacity"] == 50_000
-    assert config.target_network_update_freq == 1000
-    assert config.epsilon == [[0, 1.0], [20000, 0.02]]
-    assert config.double_q and config.dueling
+    assert config.replay_buffer_config["capacity"] == 100_000
+    assert config.replay_buffer_config["alpha"] == 0.0
+    assert config.target_network_update_freq == 10
+    assert config.epsilon == [[0, 1.0], [8000, 0.04]]
+    assert not config.double_q and not config.dueling
+    assert config.n_step == 1 and config.training_intensity == 32
 
 
 def test_evaluation_maps_to_deterministic_episodes(shipped: Path) -> None:

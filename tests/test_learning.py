@@ -2,10 +2,9 @@
 
 Each test trains the experiment exactly as shipped (its own budget), with deterministic
 evaluation every few iterations, and asserts the evaluation return against the target.
-dqn_cartpole needs about 11 minutes on 2 cores and impala_cartpole about 2 (its V-trace run
-varies from seed to seed and machine load to machine load), more than the suite's budget allows:
-their proof is ``make bench-learning`` (bench/learning.py), with the same check, as is that of the
-MinAtar and MuJoCo experiments.
+impala_cartpole needs about 2 minutes (its V-trace run varies from seed to seed and machine load
+to machine load), more than the suite's budget allows: its proof is ``make bench-learning``
+(bench/learning.py), with the same check, as is that of the MinAtar and MuJoCo experiments.
 """
 
 from __future__ import annotations
@@ -20,7 +19,9 @@ from rl_app.training.run import train
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 
-@pytest.mark.parametrize("name", ["ppo_cartpole", "ppo_catch", "sac_pendulum", "appo_cartpole"])
+@pytest.mark.parametrize(
+    "name", ["ppo_cartpole", "dqn_cartpole", "ppo_catch", "sac_pendulum", "appo_cartpole"]
+)
 def test_shipped_experiment_reaches_its_return(
     name: str, shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

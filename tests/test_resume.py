@@ -230,6 +230,7 @@ def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) 
     from rl_app.cluster.resources import plan_resources
     from rl_app.config import load_experiment
     from rl_app.rllib.algorithm import build_experiment, restore_algorithm
+    from rl_app.rllib.offpolicy import ArrayPrioritizedEpisodeReplayBuffer
     from rl_app.rllib.replay import BUFFER_RNG, REPLAY_BUFFER
 
     os.environ["RL_APP_EXPERIMENTS_DIR"] = str(REPO / "experiments")
@@ -241,6 +242,7 @@ def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) 
     algo = build_experiment(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     try:
         buffer = algo.local_replay_buffer
+        assert isinstance(buffer, ArrayPrioritizedEpisodeReplayBuffer)  # the array path is chosen
         assert buffer.get_num_timesteps() == 0
         fresh_rng = buffer.rng.bit_generator.state
         restore_algorithm(algo, checkpoint)

@@ -230,6 +230,11 @@ class ReplayBufferSection(Section):
     capacity: PositiveInt = 50_000
     alpha: Annotated[float, Field(ge=0)] | None = Field(None, description="Prioritization.")
     beta: Annotated[float, Field(ge=0)] | None = Field(None, description="IS correction.")
+    implementation: Literal["auto", "rllib"] = Field(
+        "auto",
+        description="'auto': rl_app's array buffer and batched update where the experiment fits it "
+        "(the start says which); 'rllib': RLlib's episode buffer always.",
+    )
 
     @model_validator(mode="after")
     def _priorities_only_when_prioritized(self) -> ReplayBufferSection:

@@ -97,6 +97,7 @@ def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
     kwargs = experiment.training.model_dump(exclude_none=True)
     if "replay_buffer" in kwargs:
         kwargs["replay_buffer_config"] = kwargs.pop("replay_buffer")
+        kwargs["replay_buffer_config"].pop("implementation", None)
     for key in ("lr", "epsilon"):
         if isinstance(kwargs.get(key), list):
             kwargs[key] = [list(point) for point in kwargs[key]]
@@ -122,6 +123,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
 
     from rl_app.envs import has_training_only_wrappers
     from rl_app.rllib.env_runner import env_runner_class
+    from rl_app.rllib.offpolicy import use_array_replay
     from rl_app.rllib.sampling import sampling_refusal
 
     spec = algorithm_spec(experiment.algorithm)
@@ -158,6 +160,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         # boundaries (and so evaluation points and stop checks) at the mercy of wall time;
         # without it an iteration is a step count and a seeded run repeats itself.
         config.reporting(min_time_s_per_iteration=None)
+    use_array_replay(experiment, config)
     image_module = _image_module_spec(experiment, config, source)
     if image_module is not None:
         config.rl_module(rl_module_spec=image_module)
@@ -193,6 +196,9 @@ def resolved_settings(experiment: ExperimentConfig, config: AlgorithmConfig) -> 
     for name, info in type(experiment.training).model_fields.items():
         rllib_name = "replay_buffer_config" if name == "replay_buffer" else name
         training[info.alias or name] = _plain(getattr(config, rllib_name, None))
+    if isinstance(training.get("replay_buffer"), dict):  # ours, not RLlib's
+        chosen = experiment.training.replay_buffer
+        training["replay_buffer"]["implementation"] = chosen.implementation if chosen else "auto"
     resolved["training"] = training
     model_config = config.model_config
     resolved["model"] = {name: _plain(model_config.get(name)) for name in resolved["model"]}

@@ -1,0 +1,441 @@
+"""Our off-policy update path: prioritized replay kept in arrays, train batches built without episodes.
+
+RLlib 2.60's DQN and SAC spend most of an update outside the loss: the prioritized episode buffer
+draws each transition in a Python loop and wraps it in a one-step ``SingleAgentEpisode``, and
+the learner connector turns those 256 episodes back into columns (~50 of the ~60 ms of a
+dqn_cartpole update here). This buffer keeps every env step in preallocated arrays, draws a
+whole batch with vectorized segment trees, computes n-step returns with array walks, and hands
+the learner the columns RLlib's connector would have built (``obs``, ``new_obs``, ``actions``,
+``rewards``, ``terminateds``, ``truncateds``, ``weights``, ``n_step``).
+
+What is drawn follows RLlib's ``PrioritizedEpisodeReplayBuffer``: a step is drawn with
+probability proportional to its priority (new steps get the highest priority seen), a draw
+whose n-step window runs past the steps stored for its episode is drawn again, importance
+weights are ``(p * N) ** -beta`` over their maximum, and priorities become ``|td| ** alpha``.
+Proven against RLlib's buffer and learner connector in tests/test_offpolicy.py. One difference
+by design: when the buffer is full it forgets its oldest steps, where RLlib's forgets whole
+episodes.
+
+The algorithm classes run DQN's training step (RLlib 2.60 ``_training_step_new_api_stack``) with
+the buffer sampled as arrays; they are registered through ``AlgorithmConfig.algo_class``, RLlib's
+extension point for a custom ``training_step``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from ray.rllib.algorithms.dqn.dqn import DQN, calculate_rr_weights
+from ray.rllib.algorithms.sac.sac import SAC
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.columns import Columns
+from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    REPLAY_BUFFER_ADD_DATA_TIMER,
+    REPLAY_BUFFER_RESULTS,
+    REPLAY_BUFFER_SAMPLE_TIMER,
+    REPLAY_BUFFER_UPDATE_PRIOS_TIMER,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TD_ERROR_KEY,
+    TIMERS,
+)
+from ray.rllib.utils.numpy import convert_to_numpy
+
+STATE_FORMAT = "rl_app.array_replay/1"  # marks our buffer state (RLlib's own state has "episodes")
+
+
+class _SegmentTree:
+    """A complete binary tree over ``capacity`` leaves, each node the ``reduce`` of its two children.
+
+    Leaves are set in batches and every ancestor is recomputed from its children, level by level
+    (no running sums that drift)."""
+
+    def __init__(self, capacity: int, reduce: Any, neutral: float) -> None:
+        self.leaves = 1 << max(0, capacity - 1).bit_length()
+        self.nodes = np.full(2 * self.leaves, neutral, dtype=np.float64)
+        self._reduce = reduce
+
+    def set(self, index: np.ndarray, value: np.ndarray | float) -> None:
+        node = np.asarray(index, dtype=np.int64) + self.leaves
+        self.nodes[node] = value
+        node = np.unique(node // 2)
+        while node[0] >= 1:
+            self.nodes[node] = self._reduce(self.nodes[2 * node], self.nodes[2 * node + 1])
+            node = np.unique(node // 2)
+
+    @property
+    def root(self) -> float:
+        return float(self.nodes[1])
+
+    def leaf(self, index: np.ndarray) -> np.ndarray:
+        return self.nodes[np.asarray(index) + self.leaves]
+
+    def find_prefix_sum(self, prefix: np.ndarray) -> np.ndarray:
+        """For a sum tree: for each prefix, the first leaf where the running sum exceeds it."""
+        node = np.ones(len(prefix), dtype=np.int64)
+        prefix = prefix.astype(np.float64, copy=True)
+        while node[0] < self.leaves:
+            left = self.nodes[2 * node]
+            right = prefix >= left
+            prefix -= np.where(right, left, 0.0)
+            node = 2 * node + right
+        return node - self.leaves
+
+
+class ArrayPrioritizedEpisodeReplayBuffer:
+    """Prioritized n-step replay over env steps in ring arrays (see the module docstring).
+
+    Takes RLlib's episode chunks in :meth:`add` (chunks of a running episode carry on where the
+    last one stopped) and gives train batches as columns from :meth:`sample_batch`.
+    """
+
+    def __init__(self, capacity: int = 10_000, alpha: float = 1.0, **_rllib_kwargs: Any) -> None:
+        self.capacity = int(capacity)
+        self.alpha = float(alpha)
+        self.rng = np.random.default_rng()
+        self._columns: dict[str, np.ndarray] = {}
+        # A step's serial number is its place in the stream of every step ever added; its slot
+        # is serial % capacity. A link to a serial whose slot holds another serial is gone.
+        self._serial = np.full(self.capacity, -1, dtype=np.int64)
+        self._successor = np.full(self.capacity, -1, dtype=np.int64)
+        self._added = 0
+        self._open_episodes: dict[str, int] = {}  # episode id -> serial of its last stored step
+        self._sum = _SegmentTree(self.capacity, np.add, 0.0)
+        self._min = _SegmentTree(self.capacity, np.minimum, np.inf)
+        self._max_priority = 1.0
+        self._last_sampled: np.ndarray = np.empty(0, dtype=np.int64)
+        self.sampled_timesteps = 0
+
+    def __len__(self) -> int:
+        return min(self._added, self.capacity)
+
+    def get_num_timesteps(self) -> int:
+        """Env steps stored (RLlib's name)."""
+        return len(self)
+
+    def add(self, episodes: list[Any]) -> None:
+        """Store every step of RLlib's episode chunks at the highest priority seen so far."""
+        for episode in episodes:
+            if len(episode):
+                self._add_chunk(episode)
+        if len(self._open_episodes) > 1024:  # episodes of runners that went away
+            oldest_kept = self._added - self.capacity
+            self._open_episodes = {k: s for k, s in self._open_episodes.items() if s >= oldest_kept}
+
+    def _add_chunk(self, episode: Any) -> None:
+        observations = np.asarray(episode.get_observations())
+        steps = len(observations) - 1
+        if steps > self.capacity:
+            raise ValueError(f"an episode chunk of {steps} steps does not fit a buffer of {self.capacity}")
+        columns = {
+            "obs": observations[:-1],
+            "next_obs": observations[1:],
+            "actions": np.asarray(episode.get_actions()),
+            "rewards": np.asarray(episode.get_rewards(), dtype=np.float64),
+            "terminated": np.zeros(steps, dtype=bool),
+            "truncated": np.zeros(steps, dtype=bool),
+        }
+        columns["terminated"][-1] = episode.is_terminated
+        columns["truncated"][-1] = episode.is_truncated
+        if not self._columns:
+            self._columns = {
+                name: np.zeros((self.capacity, *values.shape[1:]), dtype=values.dtype)
+                for name, values in columns.items()
+            }
+        serials = np.arange(self._added, self._added + steps, dtype=np.int64)
+        slots = serials % self.capacity
+        for name, values in columns.items():
+            self._columns[name][slots] = values
+        self._serial[slots] = serials
+        self._successor[slots] = np.append(serials[1:], -1)
+        previous = self._open_episodes.pop(episode.id_, None)
+        if previous is not None and self._serial[previous % self.capacity] == previous:
+            self._successor[previous % self.capacity] = serials[0]
+        if not episode.is_done:
+            self._open_episodes[episode.id_] = int(serials[-1])
+        priority = self._max_priority**self.alpha
+        self._sum.set(slots, priority)
+        self._min.set(slots, priority)
+        self._added += steps
+
+    def _n_step(
+        self, slots: np.ndarray, n_steps: np.ndarray, gamma: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each start slot: whether its episode has ``n`` steps stored from it, the slot of the
+        window's last step, and the window's discounted reward sum."""
+        complete = np.ones(len(slots), dtype=bool)
+        last = slots.copy()
+        reward = self._columns["rewards"][slots].copy()
+        for k in range(1, int(n_steps.max())):
+            wanted = k < n_steps
+            successor = self._successor[last]
+            stored = (successor >= 0) & (self._serial[successor % self.capacity] == successor)
+            complete &= stored | ~wanted
+            step = wanted & stored
+            last = np.where(step, successor % self.capacity, last)
+            reward += np.where(step, gamma**k * self._columns["rewards"][last], 0.0)
+        return complete, last, reward
+
+    def sample_batch(
+        self, batch_size: int, n_step: int | tuple[int, int] = 1, gamma: float = 0.99, beta: float = 0.0
+    ) -> dict[str, np.ndarray]:
+        """A train batch of ``batch_size`` n-step transitions, as the learner's columns."""
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        n_step = n_step or 1  # RLlib's default
+        total = self._sum.root
+        slots = np.empty(0, dtype=np.int64)
+        n_steps = np.empty(0, dtype=np.int64)
+        for _attempt in range(1000):
+            missing = batch_size - len(slots)
+            draw = self._sum.find_prefix_sum(self.rng.random(missing) * total)
+            draw = np.minimum(draw, self.capacity - 1)
+            if isinstance(n_step, tuple):
+                n = self.rng.integers(n_step[0], n_step[1], size=missing)
+            else:
+                n = np.full(missing, n_step, dtype=np.int64)
+            complete = self._n_step(draw, n, gamma)[0] & (self._sum.leaf(draw) > 0)  # > 0: rounding
+            slots, n_steps = np.append(slots, draw[complete]), np.append(n_steps, n[complete])
+            if len(slots) == batch_size:
+                break
+        else:
+            raise ValueError(f"no stored step has {n_step} steps after it in its episode")
+        self._last_sampled = slots
+        self.sampled_timesteps += batch_size
+        return self.batch_at(slots, n_steps, gamma, beta)
+
+    def batch_at(
+        self, slots: np.ndarray, n_steps: np.ndarray, gamma: float, beta: float
+    ) -> dict[str, np.ndarray]:
+        """The learner's columns for the n-step transitions starting at ``slots``."""
+        stored, total = len(self), self._sum.root
+        _, lasts, rewards = self._n_step(slots, n_steps, gamma)
+        probability = self._sum.leaf(slots) / total
+        smallest = self._min.root / total
+        columns = self._columns
+        return {
+            Columns.OBS: columns["obs"][slots],
+            Columns.ACTIONS: columns["actions"][slots],
+            Columns.REWARDS: rewards,
+            Columns.NEXT_OBS: columns["next_obs"][lasts],
+            Columns.TERMINATEDS: columns["terminated"][lasts],
+            Columns.TRUNCATEDS: columns["truncated"][lasts],
+            "weights": (probability * stored) ** -beta / (smallest * stored) ** -beta,
+            "n_step": n_steps,
+        }
+
+    def update_priorities(self, priorities: np.ndarray, module_id: Any = None) -> None:
+        """New priorities (TD errors) for the last sampled batch, in its order."""
+        priorities = np.maximum(np.asarray(priorities, dtype=np.float64), 1e-12)
+        if len(priorities) != len(self._last_sampled):
+            raise ValueError(f"{len(priorities)} priorities for {len(self._last_sampled)} sampled steps")
+        # A step drawn twice keeps its last priority, as in RLlib's loop.
+        slots, last_of_each = np.unique(self._last_sampled[::-1], return_index=True)
+        value = priorities[::-1][last_of_each] ** self.alpha
+        self._sum.set(slots, value)
+        self._min.set(slots, value)
+        self._max_priority = max(self._max_priority, float(priorities.max()))
+        self._last_sampled = np.empty(0, dtype=np.int64)
+
+    def get_metrics(self) -> dict[str, Any]:
+        """What RLlib's buffer reports that still applies."""
+        return {"num_env_steps_stored": len(self), "num_env_steps_sampled_lifetime": self.sampled_timesteps}
+
+    def get_state(self) -> dict[str, Any]:
+        """The stored steps (in stream order), their priorities, links and counters."""
+        stored = len(self)
+        order = np.arange(self._added - stored, self._added) % self.capacity
+        return {
+            "format": STATE_FORMAT,
+            "capacity": self.capacity,
+            "alpha": self.alpha,
+            "added": self._added,
+            "columns": {name: values[order] for name, values in self._columns.items()},
+            "successor": self._successor[order],
+            "priority": self._sum.leaf(order),
+            "max_priority": self._max_priority,
+            "open_episodes": dict(self._open_episodes),
+            "sampled_timesteps": self.sampled_timesteps,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`'s state, or refill from RLlib's buffer state (its episodes)."""
+        if state.get("format") != STATE_FORMAT:
+            self._set_rllib_state(state)
+            return
+        added, steps = int(state["added"]), len(state["successor"])
+        if steps > self.capacity:
+            raise ValueError(f"the saved buffer holds {steps} steps, more than capacity {self.capacity}")
+        self.__init__(self.capacity, self.alpha)  # type: ignore[misc]
+        self._added = added
+        serials = np.arange(added - steps, added, dtype=np.int64)
+        slots = serials % self.capacity
+        self._columns = {
+            name: np.zeros((self.capacity, *values.shape[1:]), dtype=values.dtype)
+            for name, values in state["columns"].items()
+        }
+        for name, values in state["columns"].items():
+            self._columns[name][slots] = values
+        self._serial[slots] = serials
+        self._successor[slots] = state["successor"]
+        if steps:
+            self._sum.set(slots, state["priority"])
+            self._min.set(slots, state["priority"])
+        self._max_priority = float(state["max_priority"])
+        self._open_episodes = dict(state["open_episodes"])
+        self.sampled_timesteps = int(state["sampled_timesteps"])
+
+    def _set_rllib_state(self, state: dict[str, Any]) -> None:
+        """A checkpoint written with RLlib's episode buffer: its episodes, at the highest priority."""
+        from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+        if "episodes" not in state:
+            raise ValueError("neither rl_app's nor RLlib's replay buffer state")
+        self.__init__(self.capacity, self.alpha)  # type: ignore[misc]
+        self._max_priority = float(state.get("_max_priority", 1.0))
+        self.add([SingleAgentEpisode.from_state(episode) for episode in state["episodes"]])
+
+
+class _ArrayReplayTrainingStep:
+    """DQN's training step (RLlib 2.60) with the replay buffer sampled as columns."""
+
+    config: Any
+    metrics: Any
+    env_runner_group: Any
+    learner_group: Any
+    local_replay_buffer: ArrayPrioritizedEpisodeReplayBuffer
+
+    def setup(self, config: Any) -> None:
+        # RLlib's validation accepts only its own buffer type names, so the config keeps
+        # "PrioritizedEpisodeReplayBuffer" and the array buffer takes that buffer's place here.
+        super().setup(config)  # type: ignore[misc]
+        settings = self.config.replay_buffer_config
+        self.local_replay_buffer = ArrayPrioritizedEpisodeReplayBuffer(
+            settings["capacity"], settings.get("alpha", 1.0)
+        )
+
+    def training_step(self) -> None:
+        config = self.config
+        store_weight, sample_and_train_weight = calculate_rr_weights(config)
+        for _ in range(store_weight):
+            with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+                episodes, env_runner_results = synchronous_parallel_sample(
+                    worker_set=self.env_runner_group,
+                    concat=True,
+                    sample_timeout_s=config.sample_timeout_s,
+                    _uses_new_env_runners=True,
+                    _return_metrics=True,
+                )
+            self.metrics.aggregate(env_runner_results, key=ENV_RUNNER_RESULTS)
+            with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
+                self.local_replay_buffer.add(episodes)
+
+        sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        if sampled < config.num_steps_sampled_before_learning_starts:
+            return
+        # Uniform replay (alpha 0): the buffer does not change between the updates of a round, so
+        # drawing all their minibatches up front is the same draw, and one learner call runs them
+        # in turn (one batch conversion and metrics reduce per round instead of per update).
+        # Prioritized replay refreshes priorities between updates, so it takes them one by one.
+        uniform = self.local_replay_buffer.alpha == 0
+        rounds, updates_per_round = (1, sample_and_train_weight) if uniform else (sample_and_train_weight, 1)
+        minibatch = config.total_train_batch_size
+        for _ in range(rounds):
+            with self.metrics.log_time((TIMERS, REPLAY_BUFFER_SAMPLE_TIMER)):
+                columns = self.local_replay_buffer.sample_batch(
+                    minibatch * updates_per_round,
+                    n_step=config.n_step,
+                    gamma=config.gamma,
+                    beta=config.replay_buffer_config.get("beta") or 0.0,
+                )
+                for name, value in self.local_replay_buffer.get_metrics().items():
+                    self.metrics.log_value((REPLAY_BUFFER_RESULTS, name), value, reduce="max", window=1)
+            with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+                size = len(columns[Columns.REWARDS])
+                learner_results = self.learner_group.update(
+                    batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=size),
+                    minibatch_size=minibatch if updates_per_round > 1 else None,
+                    num_epochs=1,
+                    timesteps={
+                        NUM_ENV_STEPS_SAMPLED_LIFETIME: sampled,
+                        NUM_AGENT_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                            (ENV_RUNNER_RESULTS, NUM_AGENT_STEPS_SAMPLED_LIFETIME)
+                        ),
+                    },
+                )
+                # TD errors are per sample: popped before the results are logged.
+                td_errors: dict[Any, list[np.ndarray]] = defaultdict(list)
+                for result in learner_results:
+                    for module_id, module_results in result.items():
+                        if TD_ERROR_KEY in module_results:
+                            td_errors[module_id].extend(
+                                convert_to_numpy(module_results.pop(TD_ERROR_KEY).peek())
+                            )
+                self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+            if not uniform:
+                with self.metrics.log_time((TIMERS, REPLAY_BUFFER_UPDATE_PRIOS_TIMER)):
+                    self.local_replay_buffer.update_priorities(np.concatenate(td_errors[DEFAULT_MODULE_ID]))
+
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self.env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group,
+                policies={DEFAULT_MODULE_ID},
+                global_vars=None,
+                inference_only=True,
+            )
+
+
+class ArrayReplayDQN(_ArrayReplayTrainingStep, DQN):
+    """RLlib's DQN, its replay sampled as arrays."""
+
+
+class ArrayReplaySAC(_ArrayReplayTrainingStep, SAC):
+    """RLlib's SAC, its replay sampled as arrays."""
+
+
+ARRAY_REPLAY_ALGORITHMS = {"DQN": ArrayReplayDQN, "SAC": ArrayReplaySAC}
+
+
+def replay_refusal(experiment: Any) -> str | None:
+    """Why ``experiment`` (DQN or SAC) replays through RLlib's episode buffer, or None when ours fits it."""
+    import gymnasium as gym
+
+    from rl_app.envs import observation_space
+
+    buffer = experiment.training.replay_buffer
+    if buffer is not None and buffer.implementation == "rllib":
+        return "training.replay_buffer.implementation: rllib"
+    if buffer is not None and buffer.type != "PrioritizedEpisodeReplayBuffer":
+        return f"training.replay_buffer.type {buffer.type}"
+    if experiment.learners.num_learners > 1:
+        return f"learners.num_learners {experiment.learners.num_learners}"
+    if not isinstance(observation_space(experiment.env), gym.spaces.Box):
+        return "observations are not a Box"
+    return None
+
+
+def describe_replay(experiment: Any) -> str | None:
+    """The start line's word on replay (None for an algorithm without one)."""
+    if experiment.algorithm not in ARRAY_REPLAY_ALGORITHMS:
+        return None
+    refusal = replay_refusal(experiment)
+    return (
+        "array buffer (rl_app's batched n-step replay)"
+        if refusal is None
+        else f"RLlib's episode buffer ({refusal})"
+    )
+
+
+def use_array_replay(experiment: Any, config: Any) -> None:
+    """Point ``config`` at the algorithm class with the array buffer when ``experiment`` fits it."""
+    if experiment.algorithm in ARRAY_REPLAY_ALGORITHMS and replay_refusal(experiment) is None:
+        config.algo_class = ARRAY_REPLAY_ALGORITHMS[experiment.algorithm]

@@ -1,0 +1,256 @@
+"""Our array replay against RLlib's: the same episode chunks give the same n-step transitions, the
+same set of drawable steps, the same importance weights for the same priorities, and, through
+RLlib's learner connector, the same train batch; DQN and SAC experiments pick it and say so."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import PrioritizedEpisodeReplayBuffer
+from ray.rllib.utils.torch_utils import convert_to_torch_tensor
+
+from rl_app.cluster.resources import plan_resources
+from rl_app.config import load_experiment
+from rl_app.rllib.config import algorithm_config
+from rl_app.rllib.env_runner import env_runner_class
+from rl_app.rllib.offpolicy import (
+    ArrayPrioritizedEpisodeReplayBuffer,
+    ArrayReplayDQN,
+    ArrayReplaySAC,
+    describe_replay,
+    replay_refusal,
+)
+
+GAMMA, N_STEP, ALPHA, BETA = 0.97, 3, 0.6, 0.4
+
+
+def experiment_config(name: str, overrides: tuple[str, ...] = ()) -> Any:
+    loaded = load_experiment(name, ("env_runners.num_envs_per_env_runner=4", *overrides))
+    return algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+
+
+def sampled_chunks(name: str, calls: int, steps: int) -> tuple[Any, list[list[Any]]]:
+    """The config of ``name`` and ``calls`` lists of episode chunks from its env runner: episodes
+    that end inside a call, and ones that carry on into the next call."""
+    config = experiment_config(name)
+    runner = env_runner_class(True, 20, fast=True)(config=config)
+    return config, [runner.sample(num_timesteps=steps, random_actions=True) for _ in range(calls)]
+
+
+def filled_pair(
+    chunks: list[list[Any]],
+) -> tuple[PrioritizedEpisodeReplayBuffer, ArrayPrioritizedEpisodeReplayBuffer]:
+    theirs = PrioritizedEpisodeReplayBuffer(capacity=100_000, alpha=ALPHA)
+    ours = ArrayPrioritizedEpisodeReplayBuffer(capacity=100_000, alpha=ALPHA)
+    for call in chunks:
+        theirs.add(call)
+        ours.add(call)
+    assert ours.get_num_timesteps() == theirs.get_num_timesteps()
+    return theirs, ours
+
+
+def key(observation: np.ndarray, action: Any) -> tuple[bytes, bytes]:
+    return np.asarray(observation).tobytes(), np.asarray(action).tobytes()
+
+
+def slot_of(ours: ArrayPrioritizedEpisodeReplayBuffer) -> dict[tuple[bytes, bytes], int]:
+    """Each stored step's slot, by its observation and action (no wrap-around in these buffers)."""
+    columns = ours.get_state()["columns"]
+    slots = {key(o, a): i for i, (o, a) in enumerate(zip(columns["obs"], columns["actions"], strict=True))}
+    assert len(slots) == ours.get_num_timesteps()  # every step tells itself apart
+    return slots
+
+
+def rllib_draws(buffer: PrioritizedEpisodeReplayBuffer, size: int) -> list[Any]:
+    return buffer.sample(num_items=size, n_step=N_STEP, gamma=GAMMA, beta=BETA)
+
+
+@pytest.fixture(scope="module")
+def cartpole() -> tuple[Any, list[list[Any]]]:
+    return sampled_chunks("dqn_cartpole", calls=8, steps=40)
+
+
+def test_each_transition_is_rllibs_n_step_transition(cartpole: tuple[Any, list[list[Any]]]) -> None:
+    theirs, ours = filled_pair(cartpole[1])
+    slots = slot_of(ours)
+    drawn = rllib_draws(theirs, 3000)
+    starts = np.array([slots[key(e.get_observations(0), e.get_actions(0))] for e in drawn])
+    batch = ours.batch_at(starts, np.full(len(starts), N_STEP), GAMMA, BETA)
+    np.testing.assert_allclose(batch["rewards"], [e.get_rewards(0) for e in drawn], rtol=1e-12)
+    np.testing.assert_array_equal(batch["new_obs"], [e.get_observations(1) for e in drawn])
+    np.testing.assert_array_equal(batch["terminateds"], [e.is_terminated for e in drawn])
+    np.testing.assert_array_equal(batch["truncateds"], [e.is_truncated for e in drawn])
+    assert batch["terminateds"].any() and not batch["terminateds"].all()
+
+    # Which steps can be drawn at all: RLlib redraws a step whose n-step window runs past its
+    # episode's stored steps; ours never returns one. Over 3,000 draws both cover every such step.
+    ours_drawn = ours.sample_batch(3000, n_step=N_STEP, gamma=GAMMA, beta=BETA)
+    ours_keys = {key(o, a) for o, a in zip(ours_drawn["obs"], ours_drawn["actions"], strict=True)}
+    theirs_keys = {key(e.get_observations(0), e.get_actions(0)) for e in drawn}
+    assert ours_keys == theirs_keys
+    assert len(theirs_keys) < ours.get_num_timesteps()  # some steps (episode tails) are not drawable
+
+
+def test_same_priorities_give_rllibs_importance_weights(cartpole: tuple[Any, list[list[Any]]]) -> None:
+    theirs, ours = filled_pair(cartpole[1])
+
+    def td_error(observations: np.ndarray) -> np.ndarray:  # a priority that follows the transition
+        return 0.5 + np.abs(np.sin(1000 * np.asarray(observations).sum(axis=-1)))
+
+    for _ in range(4):  # every drawable step gets td_error(step) in both buffers
+        drawn = rllib_draws(theirs, 3000)
+        theirs.update_priorities(td_error([e.get_observations(0) for e in drawn]))
+        batch = ours.sample_batch(3000, n_step=N_STEP, gamma=GAMMA, beta=BETA)
+        ours.update_priorities(td_error(batch["obs"]))
+    slots = slot_of(ours)
+    drawn = rllib_draws(theirs, 2000)
+    starts = np.array([slots[key(e.get_observations(0), e.get_actions(0))] for e in drawn])
+    weights = ours.batch_at(starts, np.full(len(starts), N_STEP), GAMMA, BETA)["weights"]
+    expected = [e.get_extra_model_outputs("weights", 0) for e in drawn]
+    np.testing.assert_allclose(weights, expected, rtol=1e-6)  # RLlib keeps them as float32
+    assert np.ptp(weights) > 0.05  # the priorities differ, so must the weights
+
+
+def test_draws_follow_the_priorities() -> None:
+    _, chunks = sampled_chunks("dqn_cartpole", calls=1, steps=16)  # 4 envs x 4 steps
+    ours = ArrayPrioritizedEpisodeReplayBuffer(capacity=16, alpha=0.5)
+    ours.rng = np.random.default_rng(0)
+    ours.add(chunks[0])
+    slots = slot_of(ours)
+
+    def slots_of(batch: dict[str, np.ndarray]) -> np.ndarray:
+        return np.array([slots[key(o, a)] for o, a in zip(batch["obs"], batch["actions"], strict=True)])
+
+    batch = ours.sample_batch(500)
+    ours.update_priorities(slots_of(batch) + 1.0)  # slot i gets priority (i + 1) ** alpha
+    drawn = np.concatenate([slots_of(ours.sample_batch(1000)) for _ in range(40)])
+    expected = np.sqrt(np.arange(1.0, 17.0))
+    np.testing.assert_allclose(
+        np.bincount(drawn, minlength=16) / len(drawn), expected / expected.sum(), atol=0.01
+    )
+
+
+@pytest.mark.parametrize(
+    ("experiment", "env_id", "calls"),
+    [("dqn_cartpole", "CartPole-v1", 6), ("sac_pendulum", "Pendulum-v1", 25)],  # Pendulum: truncations
+)
+def test_the_train_batch_is_rllibs_learner_connector_batch(experiment: str, env_id: str, calls: int) -> None:
+    config, chunks = sampled_chunks(experiment, calls=calls, steps=40)
+    theirs, ours = filled_pair(chunks)
+    drawn = rllib_draws(theirs, 256)
+    env = gym.make(env_id)
+    learner = config.build_learner(spaces={DEFAULT_MODULE_ID: (env.observation_space, env.action_space)})
+    expected = learner._learner_connector(
+        rl_module=learner.module, batch={}, episodes=drawn, shared_data={}, metrics=learner.metrics
+    )[DEFAULT_MODULE_ID]
+    slots = slot_of(ours)
+    starts = np.array([slots[key(e.get_observations(0), e.get_actions(0))] for e in drawn])
+    batch = convert_to_torch_tensor(ours.batch_at(starts, np.full(len(starts), N_STEP), GAMMA, BETA))
+    assert set(batch) == set(expected)
+    for column, value in expected.items():
+        assert batch[column].dtype == value.dtype, column
+        torch.testing.assert_close(batch[column], value, rtol=1e-6, atol=0, msg=column)
+
+
+def test_a_full_buffer_forgets_its_oldest_steps_and_keeps_every_window_whole(
+    cartpole: tuple[Any, list[list[Any]]],
+) -> None:
+    everything = ArrayPrioritizedEpisodeReplayBuffer(capacity=100_000)
+    small = ArrayPrioritizedEpisodeReplayBuffer(capacity=50)  # wraps around six times
+    for call in cartpole[1]:
+        everything.add(call)
+        small.add(call)
+    assert small.get_num_timesteps() == 50
+    kept = small.get_state()["columns"]["obs"]
+    np.testing.assert_array_equal(kept, everything.get_state()["columns"]["obs"][-50:])
+    batch = small.sample_batch(2000, n_step=N_STEP, gamma=GAMMA)
+    slots = slot_of(everything)
+    starts = np.array([slots[key(o, a)] for o, a in zip(batch["obs"], batch["actions"], strict=True)])
+    full = everything.batch_at(starts, batch["n_step"], GAMMA, 0.0)
+    for column in ("rewards", "new_obs", "terminateds", "truncateds"):
+        np.testing.assert_array_equal(batch[column], full[column], err_msg=column)
+
+
+def test_state_round_trips_and_rllibs_buffer_state_is_taken_over(
+    cartpole: tuple[Any, list[list[Any]]],
+) -> None:
+    theirs, ours = filled_pair(cartpole[1])
+    ours.sample_batch(64, n_step=N_STEP)
+    ours.update_priorities(np.linspace(0.1, 3.0, 64))
+    restored = ArrayPrioritizedEpisodeReplayBuffer(capacity=100_000, alpha=ALPHA)
+    restored.set_state(pickle.loads(pickle.dumps(ours.get_state())))
+    restored.rng = np.random.default_rng(7)
+    ours.rng = np.random.default_rng(7)
+    one, two = ours.sample_batch(256, n_step=N_STEP), restored.sample_batch(256, n_step=N_STEP)
+    for column in one:
+        np.testing.assert_array_equal(one[column], two[column], err_msg=column)
+    ours_bytes, theirs_bytes = len(pickle.dumps(ours.get_state())), len(pickle.dumps(theirs.get_state()))
+    assert ours_bytes * 10 < theirs_bytes, (ours_bytes, theirs_bytes)
+
+    # A checkpoint of a run that replayed through RLlib's buffer: its steps, each drawable one alike.
+    taken_over = ArrayPrioritizedEpisodeReplayBuffer(capacity=100_000, alpha=ALPHA)
+    taken_over.set_state(theirs.get_state())
+    assert taken_over.get_num_timesteps() == theirs.get_num_timesteps()
+    drawn = rllib_draws(theirs, 500)
+    slots = slot_of(taken_over)
+    starts = np.array([slots[key(e.get_observations(0), e.get_actions(0))] for e in drawn])
+    batch = taken_over.batch_at(starts, np.full(len(starts), N_STEP), GAMMA, BETA)
+    np.testing.assert_array_equal(batch["new_obs"], [e.get_observations(1) for e in drawn])
+    np.testing.assert_allclose(batch["rewards"], [e.get_rewards(0) for e in drawn], rtol=1e-12)
+
+
+def test_dqn_and_sac_choose_the_array_buffer_and_say_so() -> None:
+    for name, algorithm in (("dqn_cartpole", ArrayReplayDQN), ("sac_pendulum", ArrayReplaySAC)):
+        loaded = load_experiment(name)
+        assert replay_refusal(loaded.config) is None
+        assert describe_replay(loaded.config) == "array buffer (rl_app's batched n-step replay)"
+        config = experiment_config(name)
+        assert config.algo_class is algorithm
+
+    forced = ("training.replay_buffer.implementation=rllib",)
+    loaded = load_experiment("dqn_cartpole", forced)
+    assert describe_replay(loaded.config) == (
+        "RLlib's episode buffer (training.replay_buffer.implementation: rllib)"
+    )
+    config = experiment_config("dqn_cartpole", forced)
+    assert config.algo_class.__name__ == "DQN"
+    uniform = load_experiment("dqn_cartpole", ("training.replay_buffer={type: EpisodeReplayBuffer}",))
+    assert replay_refusal(uniform.config) == "training.replay_buffer.type EpisodeReplayBuffer"
+    assert describe_replay(load_experiment("ppo_cartpole").config) is None
+
+
+def test_one_learner_call_over_a_rounds_minibatches_is_those_updates_in_turn() -> None:
+    """Uniform replay's round (alpha 0): one learner call over k pre-drawn minibatches leaves the
+    same weights and optimizer state as k learner calls, one per minibatch."""
+    config, chunks = sampled_chunks("dqn_cartpole", calls=3, steps=64)
+    buffer = ArrayPrioritizedEpisodeReplayBuffer(capacity=1000, alpha=0.0)
+    buffer.rng = np.random.default_rng(3)
+    buffer.add([chunk for call in chunks for chunk in call])
+    minibatch, rounds = 32, 4
+    columns = buffer.sample_batch(minibatch * rounds, n_step=N_STEP, gamma=GAMMA)
+    env = gym.make("CartPole-v1")
+    spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
+    one_call, in_turn = config.build_learner(spaces=spaces), config.build_learner(spaces=spaces)
+    in_turn.set_state(one_call.get_state())
+    before = {name: t.clone() for name, t in one_call.module[DEFAULT_MODULE_ID].state_dict().items()}
+    timesteps = {"num_env_steps_sampled_lifetime": 0}  # no target-network sync in either
+
+    def batch(rows: slice) -> MultiAgentBatch:
+        return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch({k: v[rows] for k, v in columns.items()})}, 0)
+
+    one_call.update(batch=batch(slice(None)), minibatch_size=minibatch, num_epochs=1, timesteps=timesteps)
+    for start in range(0, minibatch * rounds, minibatch):
+        in_turn.update(batch=batch(slice(start, start + minibatch)), timesteps=timesteps)
+    after_one, after_turn = (
+        learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (one_call, in_turn)
+    )
+    assert any(not torch.equal(before[name], after_one[name]) for name in before)  # it did learn
+    for name, tensor in after_one.items():
+        torch.testing.assert_close(tensor, after_turn[name], rtol=0, atol=0, msg=name)
