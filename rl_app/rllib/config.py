@@ -197,7 +197,7 @@ def resolved_settings(experiment: ExperimentConfig, config: AlgorithmConfig) -> 
         rllib_name = "replay_buffer_config" if name == "replay_buffer" else name
         training[info.alias or name] = _plain(getattr(config, rllib_name, None))
     if isinstance(training.get("replay_buffer"), dict):  # ours, not RLlib's
-        chosen = experiment.training.replay_buffer
+        chosen = getattr(experiment.training, "replay_buffer", None)
         training["replay_buffer"]["implementation"] = chosen.implementation if chosen else "auto"
     resolved["training"] = training
     model_config = config.model_config

@@ -24,7 +24,7 @@ extension point for a custom ``training_step``.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from ray.rllib.algorithms.dqn.dqn import DQN, calculate_rr_weights
@@ -312,7 +312,7 @@ class _ArrayReplayTrainingStep:
     metrics: Any
     env_runner_group: Any
     learner_group: Any
-    local_replay_buffer: ArrayPrioritizedEpisodeReplayBuffer
+    local_replay_buffer: Any  # an ArrayPrioritizedEpisodeReplayBuffer, set in setup()
 
     def setup(self, config: Any) -> None:
         # RLlib's validation accepts only its own buffer type names, so the config keeps
@@ -325,10 +325,10 @@ class _ArrayReplayTrainingStep:
 
     def training_step(self) -> None:
         config = self.config
-        store_weight, sample_and_train_weight = calculate_rr_weights(config)
+        store_weight, sample_and_train_weight = (int(w) for w in calculate_rr_weights(config))
         for _ in range(store_weight):
             with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-                episodes, env_runner_results = synchronous_parallel_sample(
+                episodes, env_runner_results = cast(Any, synchronous_parallel_sample)(
                     worker_set=self.env_runner_group,
                     concat=True,
                     sample_timeout_s=config.sample_timeout_s,
