@@ -4,6 +4,8 @@
 - ``algorithm``: build, save, restore, warm start, re-seed, by RLlib's public component names
 - ``results``: our per-iteration metrics, read by RLlib's metric constants
 - ``env_runner``: our ``SingleAgentEnvRunner`` subclass (reset seeding)
+- ``sampling``: our batched sampler (an env runner class), chosen where it fits
+- ``offpolicy``: the array replay buffer and DQN/SAC's training step over it, chosen where it fits
 - ``replay``: the replay buffer's sampling RNG (seeded, checkpointed)
 - ``logs``: RLlib's and Ray's log levels
 
