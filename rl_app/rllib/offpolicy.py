@@ -115,6 +115,11 @@ class ArrayPrioritizedEpisodeReplayBuffer:
         self._last_sampled: np.ndarray = np.empty(0, dtype=np.int64)
         self.sampled_timesteps = 0
 
+    def _clear(self) -> None:
+        rng = self.rng  # seeded by the caller; set_state leaves the sampling RNG alone
+        self.__init__(self.capacity, self.alpha)  # type: ignore[misc]
+        self.rng = rng
+
     def __len__(self) -> int:
         return min(self._added, self.capacity)
 
@@ -275,7 +280,7 @@ class ArrayPrioritizedEpisodeReplayBuffer:
         added, steps = int(state["added"]), len(state["successor"])
         if steps > self.capacity:
             raise ValueError(f"the saved buffer holds {steps} steps, more than capacity {self.capacity}")
-        self.__init__(self.capacity, self.alpha)  # type: ignore[misc]
+        self._clear()
         self._added = added
         serials = np.arange(added - steps, added, dtype=np.int64)
         slots = serials % self.capacity
@@ -300,7 +305,7 @@ class ArrayPrioritizedEpisodeReplayBuffer:
 
         if "episodes" not in state:
             raise ValueError("neither rl_app's nor RLlib's replay buffer state")
-        self.__init__(self.capacity, self.alpha)  # type: ignore[misc]
+        self._clear()
         self._max_priority = float(state.get("_max_priority", 1.0))
         self.add([SingleAgentEpisode.from_state(episode) for episode in state["episodes"]])
 
