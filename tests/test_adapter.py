@@ -49,6 +49,7 @@ def test_dqn_replay_target_and_epsilon_reach_rllib(shipped: Path) -> None:
     assert config.epsilon == [[0, 1.0], [8000, 0.04]]
     assert not config.double_q and not config.dueling
     assert config.n_step == 1 and config.training_intensity == 32
+    assert config.train_batch_size_per_learner == 128
 
 
 def test_evaluation_maps_to_deterministic_episodes(shipped: Path) -> None:
