@@ -198,32 +198,39 @@ class ArrayPrioritizedEpisodeReplayBuffer:
             raise ValueError("cannot sample from an empty replay buffer")
         n_step = n_step or 1  # RLlib's default
         total = self._sum.root
-        slots = np.empty(0, dtype=np.int64)
-        n_steps = np.empty(0, dtype=np.int64)
+        accepted: list[tuple[np.ndarray, ...]] = []  # (slots, n, last slots, rewards) per draw
+        wanted = batch_size
         for _attempt in range(1000):
-            missing = batch_size - len(slots)
-            draw = self._sum.find_prefix_sum(self.rng.random(missing) * total)
+            draw = self._sum.find_prefix_sum(self.rng.random(wanted) * total)
             draw = np.minimum(draw, self.capacity - 1)
             if isinstance(n_step, tuple):
-                n = self.rng.integers(n_step[0], n_step[1], size=missing)
+                n = self.rng.integers(n_step[0], n_step[1], size=wanted)
             else:
-                n = np.full(missing, n_step, dtype=np.int64)
-            complete = self._n_step(draw, n, gamma)[0] & (self._sum.leaf(draw) > 0)  # > 0: rounding
-            slots, n_steps = np.append(slots, draw[complete]), np.append(n_steps, n[complete])
-            if len(slots) == batch_size:
+                n = np.full(wanted, n_step, dtype=np.int64)
+            complete, lasts, rewards = self._n_step(draw, n, gamma)
+            complete &= self._sum.leaf(draw) > 0  # a rounding draw past the last stored leaf
+            accepted.append((draw[complete], n[complete], lasts[complete], rewards[complete]))
+            wanted -= int(complete.sum())
+            if wanted == 0:
                 break
         else:
             raise ValueError(f"no stored step has {n_step} steps after it in its episode")
+        slots, n_steps, lasts, rewards = (np.concatenate(part) for part in zip(*accepted, strict=True))
         self._last_sampled = slots
         self.sampled_timesteps += batch_size
-        return self.batch_at(slots, n_steps, gamma, beta)
+        return self._batch(slots, n_steps, lasts, rewards, beta)
 
     def batch_at(
         self, slots: np.ndarray, n_steps: np.ndarray, gamma: float, beta: float
     ) -> dict[str, np.ndarray]:
         """The learner's columns for the n-step transitions starting at ``slots``."""
-        stored, total = len(self), self._sum.root
         _, lasts, rewards = self._n_step(slots, n_steps, gamma)
+        return self._batch(slots, n_steps, lasts, rewards, beta)
+
+    def _batch(
+        self, slots: np.ndarray, n_steps: np.ndarray, lasts: np.ndarray, rewards: np.ndarray, beta: float
+    ) -> dict[str, np.ndarray]:
+        stored, total = len(self), self._sum.root
         probability = self._sum.leaf(slots) / total
         smallest = self._min.root / total
         columns = self._columns
