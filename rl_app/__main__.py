@@ -1,3 +1,3 @@
-from rl_app.cli import main
+from rl_app.cli import run
 
-raise SystemExit(main())
+run()

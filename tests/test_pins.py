@@ -65,7 +65,7 @@ def test_pyproject_reads_dependencies_from_requirements() -> None:
     dynamic = project["tool"]["setuptools"]["dynamic"]
     assert dynamic["dependencies"]["file"] == ["requirements.txt"]
     assert dynamic["optional-dependencies"]["envs"]["file"] == ["requirements-envs.txt"]
-    assert project["project"]["scripts"]["rl_app"] == "rl_app.cli:main"
+    assert project["project"]["scripts"]["rl_app"] == "rl_app.cli:run"
 
 
 def test_installed_versions_match_pins() -> None:

@@ -147,7 +147,9 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         )
         .training(**training_kwargs(experiment))
         .rl_module(model_config=DefaultModelConfig(**experiment.model.model_dump(exclude_none=True)))
-        .debugging(seed=experiment.seed)
+        # No Tune system-usage thread: the driver records CPU and memory itself
+        # (console/telemetry.py), and stopping that thread waits out its 0.7 s poll.
+        .debugging(seed=experiment.seed, log_sys_usage=False)
         .fault_tolerance(
             restart_failed_env_runners=True,
             max_num_env_runner_restarts=runners.max_restarts,
