@@ -107,3 +107,44 @@ def test_rllib_validation_errors_become_one_line(shipped: Path) -> None:
         ConfigError, match=r"^experiments/ppo_cartpole.yaml: RLlib rejected the config: .*minibatch"
     ):
         build("ppo_cartpole", "training.minibatch_size=8000")
+
+
+def _largest_singular_values(module) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    import torch
+
+    return {
+        name: float(torch.linalg.svdvals(p.detach()).max())
+        for name, p in module.named_parameters()
+        if p.dim() == 2
+    }
+
+
+def test_ortho_init_starts_ppo_as_sb3_does(shipped: Path) -> None:
+    import gymnasium
+    import torch
+
+    env = gymnasium.make("CartPole-v1")
+    default, _ = build("ppo_cartpole")
+    config, _ = build("ppo_cartpole", "model.ortho_init=true")
+    assert default.rl_module_spec.catalog_class is None  # unset: RLlib's own module, untouched
+    module = config.get_rl_module_spec(env=env).build()
+    gains = _largest_singular_values(module)
+    assert gains.pop("pi.net.mlp.0.weight") == pytest.approx(0.01, rel=1e-3)
+    assert gains.pop("vf.net.mlp.0.weight") == pytest.approx(1.0, rel=1e-3)
+    assert len(gains) == 4 and all(g == pytest.approx(2**0.5, rel=1e-3) for g in gains.values())
+    for name, p in module.named_parameters():
+        if p.dim() == 2:  # orthogonal: the rows (or columns) are orthonormal up to the gain
+            w = p.detach() / torch.linalg.svdvals(p.detach()).max()
+            small = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+            assert torch.allclose(small, torch.eye(small.shape[0]), atol=1e-5), name
+        else:
+            assert not p.detach().any(), f"{name} is not zero"
+    # RLlib's default draws differently: the policy output is not scaled down.
+    plain = _largest_singular_values(default.get_rl_module_spec(env=env).build())
+    assert plain["pi.net.mlp.0.weight"] > 0.1
+    env.close()
+
+
+def test_ortho_init_is_refused_where_ppo_catalog_does_not_build_the_model(shipped: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model.ortho_init: applies to PPO, APPO, IMPALA, not DQN"):
+        build("dqn_cartpole", "model.ortho_init=true")

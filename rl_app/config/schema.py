@@ -147,6 +147,13 @@ class ModelSection(Section):
         None, description="CNN for image observations: [[channels, kernel, stride], ...] (RLlib's form)."
     )
     conv_activation: Activation | None = None
+    ortho_init: bool | None = Field(
+        None,
+        description=(
+            "PPO, APPO, IMPALA: orthogonal weights as SB3 and CleanRL start them (hidden gain sqrt 2, "
+            "policy output 0.01, value output 1, zero biases); unset: torch's default, as RLlib."
+        ),
+    )
 
 
 class TrainingSection(Section):

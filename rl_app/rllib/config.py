@@ -70,26 +70,38 @@ def mean_std_filter(env: Any = None, spaces: Any = None, device: Any = None) -> 
     return MeanStdFilter(multi_agent=False)
 
 
-def _image_module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: str) -> Any:
-    """RLlib's module spec for an env with image observations (our module that takes them as the
-    env makes them), or None for any other env."""
+def _module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: str) -> Any:
+    """RLlib's module spec where the experiment needs other than RLlib's default module: image
+    observations (our module that takes them as the env makes them) or ``model.ortho_init``
+    (our catalog); None otherwise."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from rl_app.envs import observation_space
+    from rl_app.rllib.catalog import ORTHO_INIT_ALGORITHMS, OrthoInitPPOCatalog
     from rl_app.rllib.pixels import image_module_class, is_image_space
 
-    space = observation_space(experiment.env)
-    if not is_image_space(space):
-        return None
     default_spec: Any = config.get_default_rl_module_spec()
-    module_class = image_module_class(default_spec.module_class)
-    if module_class is None:
-        raise ConfigError(
-            source,
-            f"algorithm: {experiment.algorithm} has no image-input model here "
-            f"(image observations {space.shape} {space.dtype} train with PPO, APPO, IMPALA or DQN)",
-        )
-    return RLModuleSpec(module_class=module_class)
+    module_class, catalog_class = default_spec.module_class, None
+    space = observation_space(experiment.env)
+    if is_image_space(space):
+        module_class = image_module_class(default_spec.module_class)
+        if module_class is None:
+            raise ConfigError(
+                source,
+                f"algorithm: {experiment.algorithm} has no image-input model here "
+                f"(image observations {space.shape} {space.dtype} train with PPO, APPO, IMPALA or DQN)",
+            )
+    if experiment.model.ortho_init:
+        if experiment.algorithm not in ORTHO_INIT_ALGORITHMS:
+            raise ConfigError(
+                source,
+                f"applies to {', '.join(ORTHO_INIT_ALGORITHMS)}, not {experiment.algorithm}",
+                key="model.ortho_init",
+            )
+        catalog_class = OrthoInitPPOCatalog
+    if module_class is default_spec.module_class and catalog_class is None:
+        return None
+    return RLModuleSpec(module_class=module_class, catalog_class=catalog_class)
 
 
 def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
@@ -146,7 +158,11 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
             num_gpus_per_learner=plan.num_gpus_per_learner,
         )
         .training(**training_kwargs(experiment))
-        .rl_module(model_config=DefaultModelConfig(**experiment.model.model_dump(exclude_none=True)))
+        .rl_module(
+            model_config=DefaultModelConfig(
+                **experiment.model.model_dump(exclude_none=True, exclude={"ortho_init"})
+            )
+        )
         # No Tune system-usage thread: the driver records CPU and memory itself
         # (console/telemetry.py), and stopping that thread waits out its 0.7 s poll.
         .debugging(seed=experiment.seed, log_sys_usage=False)
@@ -163,9 +179,9 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         # without it an iteration is a step count and a seeded run repeats itself.
         config.reporting(min_time_s_per_iteration=None)
     use_array_replay(experiment, config)
-    image_module = _image_module_spec(experiment, config, source)
-    if image_module is not None:
-        config.rl_module(rl_module_spec=image_module)
+    module_spec = _module_spec(experiment, config, source)
+    if module_spec is not None:
+        config.rl_module(rl_module_spec=module_spec)
     evaluation = experiment.evaluation
     if evaluation.interval:
         evaluation_env = (
