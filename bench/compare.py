@@ -9,6 +9,7 @@
    >= 475, each run capped in time (an unsolved run counts at the cap).
 3. sampling: env steps/s of our env runners (the experiment's model, 0/1/2 remote runners)
    vs the raw gymnasium vector env stepping random actions (the ceiling).
+4. SAC HalfCheetah-v5 env steps/s while training, vs SB3's SAC with the same hyperparameters.
 
 Writes bench/results/compare-<date>.json and .md. No timing is asserted anywhere.
 """
@@ -193,6 +194,80 @@ def time_to_solve(case: SolveCase, seeds: list[int]) -> dict[str, Any]:
     return summary
 
 
+SAC_SB3_SCRIPT = """
+import json, sys, time
+import gymnasium as gym
+import torch
+from stable_baselines3 import SAC
+from stable_baselines3.common.callbacks import BaseCallback
+
+threads, starts, warm, steps = (int(a) for a in sys.argv[1:5])
+torch.set_num_threads(threads)
+# sac_halfcheetah's hyperparameters (RL Zoo's SAC): uniform replay, one update per env step.
+model = SAC("MlpPolicy", gym.make("HalfCheetah-v5"), learning_rate=3e-4, buffer_size=1_000_000,
+            learning_starts=starts, batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
+            ent_coef="auto", policy_kwargs=dict(net_arch=[256, 256]), seed=0, verbose=0)
+
+class Clock(BaseCallback):
+    began = None
+    def _on_step(self):
+        if self.num_timesteps == starts + warm:
+            Clock.began = time.perf_counter()
+        return True
+
+model.learn(total_timesteps=starts + warm + steps, callback=Clock())
+print(json.dumps({"steps_per_s": steps / (time.perf_counter() - Clock.began)}))
+"""
+
+
+def sac_training_rate(steps: int, starts: int = 1_000, warm: int = 50) -> dict[str, Any]:
+    """SAC on HalfCheetah-v5 while training, one update per env step, learning under way: env steps/s
+    of ``sac_halfcheetah`` (its replay made uniform, as SB3's) and of SB3's SAC with the same
+    hyperparameters, in this process and a subprocess one after the other. SB3 runs with one torch
+    thread and with two (ours uses torch's default); its faster figure is the baseline."""
+    from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    overrides = [
+        "evaluation.interval=0",
+        f"training.num_steps_sampled_before_learning_starts={starts}",
+        "training.replay_buffer.alpha=0.0",
+        "training.replay_buffer.beta=0.0",
+    ]
+    algo = build_experiment_algo("sac_halfcheetah", overrides, 2, 0)
+
+    def sampled() -> int:
+        return int(algo.train()[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME])
+
+    try:
+        while sampled() < starts + warm:
+            pass
+        began, first = time.perf_counter(), sampled()
+        last = first
+        while last < first + steps:
+            last = sampled()
+        ours = (last - first) / (time.perf_counter() - began)
+    finally:
+        algo.stop()
+    sb3 = {}
+    for threads in (1, 2):
+        arguments = [threads, starts, warm, steps]
+        result = subprocess.run(
+            [sys.executable, "-c", SAC_SB3_SCRIPT, *map(str, arguments)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        sb3[threads] = json.loads(result.stdout.strip().splitlines()[-1])["steps_per_s"]
+    best = max(sb3.values())
+    return {
+        "rl_app_steps_per_s": ours,
+        "sb3_steps_per_s_by_torch_threads": sb3,
+        "sb3_steps_per_s": best,
+        "ratio": ours / best,
+        "steps_timed": steps,
+    }
+
+
 def raw_ceiling(env: Any, num_envs: int, steps: int) -> float:
     """Random-action steps/s of the experiment's env (with its wrappers, e.g. the Atari
     preprocessing) in gymnasium's sync vector env of the runners' width, in this process."""
@@ -244,49 +319,54 @@ def sampling(
         algo.stop()
 
 
-def throughput(steps: int) -> dict[str, Any]:
+def with_ray(function: Any, *args: Any) -> Any:
+    """``function(*args)`` in a local Ray of this machine's cores, shut down after."""
     import ray
 
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    try:
+        return function(*args)
+    finally:
+        ray.shutdown()
+
+
+def throughput(steps: int) -> dict[str, Any]:
     from rl_app.config import load_experiment
     from rl_app.rllib.sampling import describe_sampling
 
     rows: dict[str, Any] = {}
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    try:
-        # Pong steps ~50x slower than CartPole: fewer of them give as steady a figure.
-        for experiment, share in (
-            ("ppo_cartpole", 1),
-            ("sac_pendulum", 1),
-            ("ppo_halfcheetah", 2),
-            ("sac_halfcheetah", 2),
-            ("ppo_pong", 10),
-        ):
-            config = load_experiment(experiment).config
-            n = steps // share
-            ceiling = raw_ceiling(config.env, config.env_runners.num_envs_per_env_runner, n)
-            row = rows[experiment] = {
-                "env": config.env.id,
-                "sampler": describe_sampling(config),
-                "raw_single_process_steps_per_s": ceiling,
+    # Pong steps ~50x slower than CartPole: fewer of them give as steady a figure.
+    for experiment, share in (
+        ("ppo_cartpole", 1),
+        ("sac_pendulum", 1),
+        ("ppo_halfcheetah", 2),
+        ("sac_halfcheetah", 2),
+        ("ppo_pong", 10),
+    ):
+        config = load_experiment(experiment).config
+        n = steps // share
+        ceiling = raw_ceiling(config.env, config.env_runners.num_envs_per_env_runner, n)
+        row = rows[experiment] = {
+            "env": config.env.id,
+            "sampler": describe_sampling(config),
+            "raw_single_process_steps_per_s": ceiling,
+        }
+        for runners in (0, 1, 2):
+            # Ours and RLlib's side by side; for N remote runners the ceiling is N raw processes.
+            rate, rllib = (
+                sampling(experiment, runners, n),
+                sampling(experiment, runners, n, runner="rllib"),
+            )
+            row[f"{runners}_runners"] = {
+                "steps_per_s": rate,
+                "fraction_of_ceiling": rate / (ceiling * max(1, runners)),
+                "rllib_steps_per_s": rllib,
+                "rllib_fraction_of_ceiling": rllib / (ceiling * max(1, runners)),
             }
-            for runners in (0, 1, 2):
-                # Ours and RLlib's side by side; for N remote runners the ceiling is N raw processes.
-                rate, rllib = (
-                    sampling(experiment, runners, n),
-                    sampling(experiment, runners, n, runner="rllib"),
-                )
-                row[f"{runners}_runners"] = {
-                    "steps_per_s": rate,
-                    "fraction_of_ceiling": rate / (ceiling * max(1, runners)),
-                    "rllib_steps_per_s": rllib,
-                    "rllib_fraction_of_ceiling": rllib / (ceiling * max(1, runners)),
-                }
-            # Same vectorization, same process count: the driver sampling against the raw vector env.
-            row["fast_fraction_of_raw"] = row["0_runners"]["fraction_of_ceiling"]
-            row["fast_vs_rllib"] = row["0_runners"]["steps_per_s"] / row["0_runners"]["rllib_steps_per_s"]
-        rows["ppo_cartpole"]["per_step_cost"] = per_step_cost("ppo_cartpole", steps)
-    finally:
-        ray.shutdown()
+        # Same vectorization, same process count: the driver sampling against the raw vector env.
+        row["fast_fraction_of_raw"] = row["0_runners"]["fraction_of_ceiling"]
+        row["fast_vs_rllib"] = row["0_runners"]["steps_per_s"] / row["0_runners"]["rllib_steps_per_s"]
+    rows["ppo_cartpole"]["per_step_cost"] = per_step_cost("ppo_cartpole", steps)
     return rows
 
 
@@ -400,6 +480,16 @@ def markdown(results: dict[str, Any]) -> str:
         f"{cost['us_per_env_step']:.0f} us per env step (the raw env: {cost['raw_us_per_env_step']:.0f} us); "
         f"with unlimited envs per runner at most {cost['best_possible_fraction']:.0%} of the ceiling."
     )
+    sac = results.get("sac_halfcheetah_training")
+    if sac:
+        by_threads = ", ".join(
+            f"{v:.1f} with {k} thread(s)" for k, v in sac["sb3_steps_per_s_by_torch_threads"].items()
+        )
+        lines.append(
+            f"\nSAC HalfCheetah-v5 while training (one update per env step, uniform replay, "
+            f"{sac['steps_timed']} steps timed): rl_app {sac['rl_app_steps_per_s']:.1f} env steps/s, "
+            f"SB3 {sac['sb3_steps_per_s']:.1f} ({by_threads}): **{sac['ratio']:.2f}x**."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -438,7 +528,8 @@ def main() -> int:
         _keep_skipped_cases(results, args.skip)
         # Kept as they come: a failure in the sampling part must not lose half an hour of runs.
         stem.with_suffix(".partial.json").write_text(json.dumps(results, indent=2) + "\n")
-    results["throughput"] = throughput(steps=20_000 if args.quick else 50_000)
+    results["throughput"] = with_ray(throughput, 20_000 if args.quick else 50_000)
+    results["sac_halfcheetah_training"] = with_ray(sac_training_rate, 150 if args.quick else 400)
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     stem.with_suffix(".partial.json").unlink(missing_ok=True)
     table = markdown(results)
