@@ -148,3 +148,53 @@ def test_ortho_init_starts_ppo_as_sb3_does(shipped: Path) -> None:
 def test_ortho_init_is_refused_where_ppo_catalog_does_not_build_the_model(shipped: Path) -> None:
     with pytest.raises(ConfigError, match=r"model.ortho_init: applies to PPO, APPO, IMPALA, not DQN"):
         build("dqn_cartpole", "model.ortho_init=true")
+
+
+def test_sac_critic_is_one_mlp_over_observation_and_action_as_in_the_sac_paper(shipped: Path) -> None:
+    import gymnasium
+    import torch
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.models.torch.encoder import TorchMultiStreamEncoder
+
+    from rl_app.rllib.catalog import TorchObservationActionEncoder
+
+    env = gymnasium.make("Pendulum-v1")  # observations of 3, actions of 1
+    config, _ = build("sac_pendulum")  # [256, 256] relu, no head hiddens
+    module = config.get_rl_module_spec(env=env).build()
+    for encoder in (module.qf_encoder, module.qf_twin_encoder):  # target copies are made by the learner
+        assert isinstance(encoder, TorchObservationActionEncoder)
+    linears = [
+        m for m in [*module.qf_encoder.modules(), *module.qf.modules()] if isinstance(m, torch.nn.Linear)
+    ]
+    assert [(m.in_features, m.out_features) for m in linears] == [(4, 256), (256, 256), (256, 1)]
+
+    # The critic computes relu(relu([obs, action] W1) W2) W3 with its own weights.
+    obs, actions = torch.randn(5, 3), torch.rand(5, 1) * 4 - 2
+    hidden = torch.cat([obs, actions], dim=-1)
+    for layer in linears[:-1]:
+        hidden = torch.relu(layer(hidden))
+    expected = linears[-1](hidden).squeeze(-1)
+    q = module._qf_forward_train_helper(
+        {Columns.OBS: obs, Columns.ACTIONS: actions}, module.qf_encoder, module.qf
+    )
+    torch.testing.assert_close(q, expected)
+
+    rllib_config, _ = build("sac_pendulum", "model.sac_critic=multi_stream")
+    rllib_module = rllib_config.get_rl_module_spec(env=env).build()
+    assert isinstance(rllib_module.qf_encoder, TorchMultiStreamEncoder)
+    critic = sum(p.numel() for p in [*module.qf_encoder.parameters(), *module.qf.parameters()])
+    theirs = sum(p.numel() for p in [*rllib_module.qf_encoder.parameters(), *rllib_module.qf.parameters()])
+    assert theirs > 5 * critic  # RLlib's fusion net: ~9x the weights (and the compute) at [256, 256]
+    env.close()
+
+
+def test_a_sac_critic_setting_that_does_not_apply_is_refused(shipped: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model.sac_critic: applies to SAC, not PPO"):
+        build("ppo_cartpole", "model.sac_critic=concat")
+    with pytest.raises(ConfigError, match=r"model.fusionnet_hiddens: .* set model.sac_critic: multi_stream"):
+        build("sac_pendulum", "model.fusionnet_hiddens=[64]")
+    # Discrete actions: RLlib's critic outputs a value per action and takes no action input.
+    with pytest.raises(ConfigError, match=r"model.sac_critic: concat needs a flat Box observation"):
+        build("sac_pendulum", "env.id=CartPole-v1", "model.sac_critic=concat")
+    config, _ = build("sac_pendulum", "env.id=CartPole-v1")  # unset there: RLlib's critic, no error
+    assert config.rl_module_spec.catalog_class is None

@@ -254,3 +254,27 @@ def test_one_learner_call_over_a_rounds_minibatches_is_those_updates_in_turn() -
     assert any(not torch.equal(before[name], after_one[name]) for name in before)  # it did learn
     for name, tensor in after_one.items():
         torch.testing.assert_close(tensor, after_turn[name], rtol=0, atol=0, msg=name)
+
+
+def test_the_local_runner_acts_with_the_learners_weights_after_each_update(ray_session: None) -> None:
+    """With the learner and the only runner in this process, weights are copied in place; after
+    training the runner's (inference-only) module holds exactly the learner's weights."""
+    config = experiment_config(
+        "sac_pendulum",
+        ("training.num_steps_sampled_before_learning_starts=64", "evaluation.interval=0"),
+    )
+    algo = config.build_algo()
+    try:
+        runner_module = algo.env_runner.module
+        before = {name: t.clone() for name, t in runner_module.state_dict().items()}
+        while algo.train()["learners"][DEFAULT_MODULE_ID]["num_module_steps_trained"] == 0:
+            pass
+        learner_state = algo.learner_group.get_state(components="learner/rl_module", inference_only=True)
+        weights = learner_state["learner"]["rl_module"][DEFAULT_MODULE_ID]
+        after = runner_module.state_dict()
+        assert set(after) == set(weights)
+        assert any(not torch.equal(before[name], after[name]) for name in before)  # it was updated
+        for name, tensor in after.items():
+            torch.testing.assert_close(tensor, torch.as_tensor(weights[name]), rtol=0, atol=0, msg=name)
+    finally:
+        algo.stop()

@@ -359,3 +359,17 @@ def test_a_resumed_sweep_trial_whose_named_checkpoint_was_pruned_continues_from_
         assert result["training_iteration"] == trial.loop.iteration == 3
     finally:
         trial.stop()
+
+
+def test_a_sac_run_from_before_model_sac_critic_resumes_with_the_critic_it_trained(tmp_path: Path) -> None:
+    """Such a run's config.yaml names no sac_critic: it trained RLlib's multi-stream critic, and
+    resume rebuilds that, not today's default."""
+    from rl_app.runs.layout import as_trained
+
+    saved = {"algorithm": "SAC", "env": {"id": "Pendulum-v1"}, "model": {"fcnet_hiddens": [256, 256]}}
+    (tmp_path / "config.yaml").write_text("algorithm: SAC\nmodel: {fcnet_hiddens: [256, 256]}\n")
+    assert as_trained(tmp_path, saved)["model"] == {"fcnet_hiddens": [256, 256], "sac_critic": "multi_stream"}
+    (tmp_path / "config.yaml").write_text("algorithm: SAC\nmodel: {sac_critic: concat}\n")
+    assert as_trained(tmp_path, saved) == saved  # a run of this version: its config.yaml says which
+    ppo = {"algorithm": "PPO", "model": {}}
+    assert as_trained(tmp_path, ppo) == ppo

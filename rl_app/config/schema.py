@@ -154,6 +154,14 @@ class ModelSection(Section):
             "policy output 0.01, value output 1, zero biases); unset: torch's default, as RLlib."
         ),
     )
+    sac_critic: Literal["concat", "multi_stream"] | None = Field(
+        None,
+        description=(
+            "SAC with continuous actions: 'concat' (the default there), one MLP over observation and "
+            "action as the SAC paper, SB3 and CleanRL; 'multi_stream', RLlib's separate encoders "
+            "joined by a fusion net (fusionnet_*), about 9x the compute at [256, 256]."
+        ),
+    )
 
 
 class TrainingSection(Section):

@@ -5,6 +5,7 @@ arguments, wrapped in the wrappers the experiment declares, in order.
 """
 
 from rl_app.envs.factory import (
+    action_space,
     check_env,
     check_env_id,
     env_creator,
@@ -16,6 +17,7 @@ from rl_app.envs.wrappers import WRAPPERS, check_wrapper
 
 __all__ = [
     "WRAPPERS",
+    "action_space",
     "check_env",
     "check_env_id",
     "check_wrapper",

@@ -180,10 +180,10 @@ def _check_observation(where: str, obs: Any, space: Any) -> None:
 
 
 @functools.cache
-def _observation_space(env_json: str) -> Any:
+def _spaces(env_json: str) -> tuple[Any, Any]:
     instance = make_env(EnvSection.model_validate_json(env_json))
     try:
-        return instance.observation_space
+        return instance.observation_space, instance.action_space
     finally:
         with contextlib.suppress(Exception):
             instance.close()
@@ -191,4 +191,9 @@ def _observation_space(env_json: str) -> Any:
 
 def observation_space(env: EnvSection) -> Any:
     """The observation space of ``env`` (made once per process and section)."""
-    return _observation_space(env.model_dump_json())
+    return _spaces(env.model_dump_json())[0]
+
+
+def action_space(env: EnvSection) -> Any:
+    """The action space of ``env`` (made once per process and section)."""
+    return _spaces(env.model_dump_json())[1]

@@ -1,18 +1,31 @@
-"""PPO's model initialised as the PPO paper's baselines, Stable-Baselines3 and CleanRL initialise it
-(``model.ortho_init``): orthogonal weights, gain sqrt(2) in the hidden layers, 0.01 on the policy's
-output (a near-uniform first policy) and 1 on the value output, zero biases.
+"""Our catalogs, given to RLlib through the module spec, where RLlib's default model is not the one
+the field trains.
 
-RLlib's PPO catalog builds its heads with torch's default initialisation and ignores the head
-initializer settings; this catalog, given to RLlib through the module spec, sets them.
+PPO (``model.ortho_init``): the model initialised as the PPO paper's baselines, Stable-Baselines3
+and CleanRL initialise it: orthogonal weights, gain sqrt(2) in the hidden layers, 0.01 on the
+policy's output (a near-uniform first policy) and 1 on the value output, zero biases. RLlib's PPO
+catalog builds its heads with torch's default initialisation and ignores the head initializer
+settings.
+
+SAC with continuous actions (``model.sac_critic``): RLlib 2.60 encodes observation and action in
+separate MLPs and joins them in a tanh fusion net with skip connections, about nine times the
+compute of the critic of the SAC paper, SB3 and CleanRL (one MLP over observation and action
+concatenated) for [256, 256] layers. ``concat`` builds the paper's critic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
+import gymnasium as gym
+import torch
 from ray.rllib.algorithms.ppo.ppo_catalog import PPOCatalog
+from ray.rllib.algorithms.sac.sac_catalog import SACCatalog
+from ray.rllib.core.columns import Columns
 from ray.rllib.core.models.configs import CNNEncoderConfig, MLPEncoderConfig, MLPHeadConfig
+from ray.rllib.core.models.torch.encoder import TorchMLPEncoder
 
 HIDDEN_GAIN = math.sqrt(2)
 POLICY_OUTPUT_GAIN = 0.01
@@ -49,3 +62,33 @@ class OrthoInitPPOCatalog(PPOCatalog):
         config: Any = self.pi_head_config
         _orthogonal(config, POLICY_OUTPUT_GAIN)
         return config.build(framework=framework)
+
+
+class TorchObservationActionEncoder(TorchMLPEncoder):
+    """An MLP encoder over the observation and the action concatenated: SAC's critic encoder."""
+
+    def _forward(self, inputs: dict, **kwargs: Any) -> dict:
+        joined = torch.cat([inputs[Columns.OBS], inputs[Columns.ACTIONS]], dim=-1)
+        return super()._forward({Columns.OBS: joined}, **kwargs)
+
+
+class ConcatCriticSACCatalog(SACCatalog):
+    """:class:`SACCatalog` whose continuous-action critics are one MLP over observation and action
+    (see the module docstring); the actor is RLlib's."""
+
+    def _build_qf_encoder_continuous(self, framework: str) -> Any:
+        observation_encoder = self._encoder_config
+        if not isinstance(observation_encoder, MLPEncoderConfig) or len(self.action_space.shape) != 1:
+            return super()._build_qf_encoder_continuous(framework)
+        joined = observation_encoder.input_dims[0] + self.action_space.shape[0]
+        return TorchObservationActionEncoder(dataclasses.replace(observation_encoder, input_dims=[joined]))
+
+
+def is_concat_critic_eligible(observation_space: Any, action_space: Any) -> bool:
+    """Whether :class:`ConcatCriticSACCatalog` builds the concatenated critic for these spaces."""
+    return (
+        isinstance(action_space, gym.spaces.Box)
+        and len(action_space.shape) == 1
+        and isinstance(observation_space, gym.spaces.Box)
+        and len(observation_space.shape) == 1
+    )

@@ -70,18 +70,61 @@ def mean_std_filter(env: Any = None, spaces: Any = None, device: Any = None) -> 
     return MeanStdFilter(multi_agent=False)
 
 
+OUR_MODEL_KEYS = {"ortho_init", "sac_critic"}  # model keys our catalogs read, not RLlib's DefaultModelConfig
+
+
+def _catalog_class(experiment: ExperimentConfig, source: str) -> Any:
+    """Our catalog where the experiment's model needs one (``model.ortho_init``, SAC's critic),
+    None where RLlib's default catalog builds it."""
+    from rl_app.envs import action_space, observation_space
+    from rl_app.rllib.catalog import (
+        ORTHO_INIT_ALGORITHMS,
+        ConcatCriticSACCatalog,
+        OrthoInitPPOCatalog,
+        is_concat_critic_eligible,
+    )
+
+    model = experiment.model
+    if model.ortho_init:
+        if experiment.algorithm not in ORTHO_INIT_ALGORITHMS:
+            raise ConfigError(
+                source,
+                f"applies to {', '.join(ORTHO_INIT_ALGORITHMS)}, not {experiment.algorithm}",
+                key="model.ortho_init",
+            )
+        return OrthoInitPPOCatalog
+    if model.sac_critic is not None and experiment.algorithm != "SAC":
+        raise ConfigError(source, f"applies to SAC, not {experiment.algorithm}", key="model.sac_critic")
+    if experiment.algorithm != "SAC" or model.sac_critic == "multi_stream":
+        return None
+    eligible = is_concat_critic_eligible(observation_space(experiment.env), action_space(experiment.env))
+    if model.sac_critic == "concat" and not eligible:
+        raise ConfigError(
+            source,
+            "concat needs a flat Box observation and a flat Box action space (allowed here: multi_stream)",
+            key="model.sac_critic",
+        )
+    fusion_keys = ("fusionnet_hiddens", "fusionnet_activation")
+    fusion = [key for key in fusion_keys if getattr(model, key) is not None]
+    if eligible and fusion:
+        raise ConfigError(
+            source,
+            "the fusion net belongs to RLlib's critic: set model.sac_critic: multi_stream to use it",
+            key=f"model.{fusion[0]}",
+        )
+    return ConcatCriticSACCatalog if eligible else None
+
+
 def _module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: str) -> Any:
     """RLlib's module spec where the experiment needs other than RLlib's default module: image
-    observations (our module that takes them as the env makes them) or ``model.ortho_init``
-    (our catalog); None otherwise."""
+    observations (our module that takes them as the env makes them) or our catalog; None otherwise."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from rl_app.envs import observation_space
-    from rl_app.rllib.catalog import ORTHO_INIT_ALGORITHMS, OrthoInitPPOCatalog
     from rl_app.rllib.pixels import image_module_class, is_image_space
 
     default_spec: Any = config.get_default_rl_module_spec()
-    module_class, catalog_class = default_spec.module_class, None
+    module_class = default_spec.module_class
     space = observation_space(experiment.env)
     if is_image_space(space):
         module_class = image_module_class(default_spec.module_class)
@@ -91,14 +134,7 @@ def _module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: 
                 f"algorithm: {experiment.algorithm} has no image-input model here "
                 f"(image observations {space.shape} {space.dtype} train with PPO, APPO, IMPALA or DQN)",
             )
-    if experiment.model.ortho_init:
-        if experiment.algorithm not in ORTHO_INIT_ALGORITHMS:
-            raise ConfigError(
-                source,
-                f"applies to {', '.join(ORTHO_INIT_ALGORITHMS)}, not {experiment.algorithm}",
-                key="model.ortho_init",
-            )
-        catalog_class = OrthoInitPPOCatalog
+    catalog_class = _catalog_class(experiment, source)
     if module_class is default_spec.module_class and catalog_class is None:
         return None
     return RLModuleSpec(module_class=module_class, catalog_class=catalog_class)
@@ -160,7 +196,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         .training(**training_kwargs(experiment))
         .rl_module(
             model_config=DefaultModelConfig(
-                **experiment.model.model_dump(exclude_none=True, exclude={"ortho_init"})
+                **experiment.model.model_dump(exclude_none=True, exclude=OUR_MODEL_KEYS)
             )
         )
         # No Tune system-usage thread: the driver records CPU and memory itself
@@ -219,7 +255,15 @@ def resolved_settings(experiment: ExperimentConfig, config: AlgorithmConfig) -> 
         training["replay_buffer"]["implementation"] = chosen.implementation if chosen else "auto"
     resolved["training"] = training
     model_config = config.model_config
-    resolved["model"] = {name: _plain(model_config.get(name)) for name in resolved["model"]}
+    resolved["model"] = {
+        name: _plain(model_config.get(name)) for name in resolved["model"] if name not in OUR_MODEL_KEYS
+    }
+    resolved["model"]["ortho_init"] = bool(experiment.model.ortho_init)
+    if experiment.algorithm == "SAC":
+        from rl_app.rllib.catalog import ConcatCriticSACCatalog
+
+        concat = config.rl_module_spec.catalog_class is ConcatCriticSACCatalog
+        resolved["model"]["sac_critic"] = "concat" if concat else "multi_stream"
     return resolved
 
 

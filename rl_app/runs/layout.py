@@ -24,6 +24,7 @@ from rl_app.config import ExperimentConfig
 from rl_app.runs.files import write_json
 
 EXPERIMENT_FILE = "experiment.yaml"
+CONFIG_FILE = "config.yaml"
 TRACKED_PACKAGES = ("rl_app", "ray", "torch", "gymnasium", "numpy", "pydantic", "pyarrow")
 
 
@@ -100,7 +101,7 @@ def write_run_metadata(
     storage: str | None = None,
 ) -> None:
     """Save the resolved config, command line, versions, git revision and seed."""
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False))
     (run_dir / "command.txt").write_text(" ".join(argv) + "\n")
     write_json(
         run_dir / "metadata.json",
@@ -135,6 +136,20 @@ def write_experiment(folder: Path, experiment: ExperimentConfig | dict[str, Any]
     path = folder / EXPERIMENT_FILE
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def as_trained(run_dir: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A run's experiment data with the critic it trained: SAC runs whose config.yaml does not name
+    ``model.sac_critic`` predate it and trained RLlib's multi-stream critic."""
+    if data.get("algorithm") != "SAC" or "sac_critic" in (data.get("model") or {}):
+        return data
+    try:
+        resolved = yaml.safe_load((run_dir / CONFIG_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return data
+    if not isinstance(resolved, dict) or "sac_critic" in (resolved.get("model") or {}):
+        return data
+    return {**data, "model": {**(data.get("model") or {}), "sac_critic": "multi_stream"}}
 
 
 def experiment_data(folder: Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from rl_app.config.loader import read_yaml
 from rl_app.errors import ConfigError, UserError
 from rl_app.runs.checkpoints import CheckpointError, check_ray_version, latest_checkpoint, read_info
 from rl_app.runs.files import read_json
-from rl_app.runs.layout import EXPERIMENT_FILE, check_runs_root, experiment_dict
+from rl_app.runs.layout import EXPERIMENT_FILE, as_trained, check_runs_root, experiment_dict
 from rl_app.runs.remote import StorageFolder, open_checkpoint, open_run
 
 # Changing these when resuming is expected (train longer, keep more checkpoints).
@@ -72,7 +72,7 @@ def plan_resume(
     run_dir, mirror = open_run(location, runs_root)
     meta = read_json(run_dir / "metadata.json")
     saved_file = run_dir / EXPERIMENT_FILE
-    saved_data = read_yaml(saved_file)
+    saved_data = as_trained(run_dir, read_yaml(saved_file))
     saved = validate_experiment(saved_data, str(saved_file))
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
