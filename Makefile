@@ -111,7 +111,8 @@ bench: setup ## rl_app vs Stable-Baselines3 (PPO and DQN time to solve, seeds 0-
 	$(BIN)/python bench/compare.py $(ARGS)
 	$(BIN)/python bench/learner.py
 
-bench-quick: setup ## start-up, sampling and learner throughput only (~3 min)
+bench-quick: setup ## start-up, sampling, learner throughput and SAC training vs SB3 (~8 min)
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python bench/compare.py --quick $(ARGS)
 	$(BIN)/python bench/learner.py --updates 10
 

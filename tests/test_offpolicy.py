@@ -49,6 +49,7 @@ def filled_pair(
 ) -> tuple[PrioritizedEpisodeReplayBuffer, ArrayPrioritizedEpisodeReplayBuffer]:
     theirs = PrioritizedEpisodeReplayBuffer(capacity=100_000, alpha=ALPHA)
     ours = ArrayPrioritizedEpisodeReplayBuffer(capacity=100_000, alpha=ALPHA)
+    theirs.rng, ours.rng = np.random.default_rng(0), np.random.default_rng(1)
     for call in chunks:
         theirs.add(call)
         ours.add(call)
@@ -80,7 +81,8 @@ def cartpole() -> tuple[Any, list[list[Any]]]:
 def test_each_transition_is_rllibs_n_step_transition(cartpole: tuple[Any, list[list[Any]]]) -> None:
     theirs, ours = filled_pair(cartpole[1])
     slots = slot_of(ours)
-    drawn = rllib_draws(theirs, 3000)
+    # ~320 steps: 6,000 draws miss a given one with probability e^-19, so both cover all of them.
+    drawn = rllib_draws(theirs, 6000)
     starts = np.array([slots[key(e.get_observations(0), e.get_actions(0))] for e in drawn])
     batch = ours.batch_at(starts, np.full(len(starts), N_STEP), GAMMA, BETA)
     np.testing.assert_allclose(batch["rewards"], [e.get_rewards(0) for e in drawn], rtol=1e-12)
@@ -90,8 +92,8 @@ def test_each_transition_is_rllibs_n_step_transition(cartpole: tuple[Any, list[l
     assert batch["terminateds"].any() and not batch["terminateds"].all()
 
     # Which steps can be drawn at all: RLlib redraws a step whose n-step window runs past its
-    # episode's stored steps; ours never returns one. Over 3,000 draws both cover every such step.
-    ours_drawn = ours.sample_batch(3000, n_step=N_STEP, gamma=GAMMA, beta=BETA)
+    # episode's stored steps; ours never returns one. Over 6,000 draws both cover every such step.
+    ours_drawn = ours.sample_batch(6000, n_step=N_STEP, gamma=GAMMA, beta=BETA)
     ours_keys = {key(o, a) for o, a in zip(ours_drawn["obs"], ours_drawn["actions"], strict=True)}
     theirs_keys = {key(e.get_observations(0), e.get_actions(0)) for e in drawn}
     assert ours_keys == theirs_keys
@@ -278,3 +280,48 @@ def test_the_local_runner_acts_with_the_learners_weights_after_each_update(ray_s
             torch.testing.assert_close(tensor, torch.as_tensor(weights[name]), rtol=0, atol=0, msg=name)
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("name", ["sac_pendulum", "dqn_cartpole"])
+def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
+    """The same state and batches through RLlib's torch learner and ours (one finiteness check for
+    all gradients, the target average as multi-tensor ops): bit-equal weights, targets included,
+    and a step with a nan gradient handed to RLlib's own handling."""
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    from rl_app.rllib.offpolicy_learner import BatchedStepDQNLearner, BatchedStepSACLearner, all_finite
+
+    assert all_finite([torch.ones(3), torch.zeros(2, 2)])
+    assert not all_finite([torch.ones(3), torch.tensor([0.0, float("inf")])])
+    config, chunks = sampled_chunks(name, calls=2, steps=64)
+    assert config.learner_class in (BatchedStepDQNLearner, BatchedStepSACLearner)
+    buffer = ArrayPrioritizedEpisodeReplayBuffer(capacity=1000, alpha=0.0)
+    buffer.rng = np.random.default_rng(5)
+    buffer.add([chunk for call in chunks for chunk in call])
+    env = gym.make("Pendulum-v1" if name == "sac_pendulum" else "CartPole-v1")
+    spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
+    ours = config.build_learner(spaces=spaces)
+    rllib_class = type(ours).__mro__[2]  # the RLlib learner ours derives from
+    assert rllib_class.__module__.startswith("ray.rllib.")
+    theirs = config.copy(copy_frozen=False).learners(learner_class=rllib_class).build_learner(spaces=spaces)
+    theirs.set_state(ours.get_state())
+    for step in range(1, 4):  # every step syncs the targets (SAC: tau 0.005; DQN: a full copy)
+        columns = buffer.sample_batch(32, n_step=1, gamma=0.99)
+        batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, 32)
+        timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: step * 10_000}
+        for learner in (ours, theirs):
+            torch.manual_seed(step)  # SAC's loss samples actions
+            learner.update(batch=batch, timesteps=timesteps)
+    mine, reference = (learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours, theirs))
+    assert any("target" in key for key in mine)
+    for key, tensor in mine.items():
+        torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key)
+
+    for learner in (ours, theirs):
+        poisoned = {pid: torch.ones_like(p) for pid, p in learner._params.items()}
+        poisoned[next(iter(poisoned))][0] = float("nan")
+        learner.apply_gradients(poisoned)
+    mine, reference = (learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours, theirs))
+    for key, tensor in mine.items():
+        torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key, equal_nan=True)
+    env.close()

@@ -67,7 +67,7 @@ class OrthoInitPPOCatalog(PPOCatalog):
 class TorchObservationActionEncoder(TorchMLPEncoder):
     """An MLP encoder over the observation and the action concatenated: SAC's critic encoder."""
 
-    def _forward(self, inputs: dict, **kwargs: Any) -> dict:
+    def _forward(self, inputs: dict, **kwargs: Any) -> dict:  # type: ignore[override]  # RLlib's bases disagree
         joined = torch.cat([inputs[Columns.OBS], inputs[Columns.ACTIONS]], dim=-1)
         return super()._forward({Columns.OBS: joined}, **kwargs)
 
@@ -78,10 +78,17 @@ class ConcatCriticSACCatalog(SACCatalog):
 
     def _build_qf_encoder_continuous(self, framework: str) -> Any:
         observation_encoder = self._encoder_config
-        if not isinstance(observation_encoder, MLPEncoderConfig) or len(self.action_space.shape) != 1:
-            return super()._build_qf_encoder_continuous(framework)
-        joined = observation_encoder.input_dims[0] + self.action_space.shape[0]
-        return TorchObservationActionEncoder(dataclasses.replace(observation_encoder, input_dims=[joined]))
+        action_shape = self.action_space.shape or ()
+        if (
+            isinstance(observation_encoder, MLPEncoderConfig)
+            and observation_encoder.input_dims
+            and len(action_shape) == 1
+        ):
+            joined = observation_encoder.input_dims[0] + action_shape[0]
+            return TorchObservationActionEncoder(
+                dataclasses.replace(observation_encoder, input_dims=[joined])
+            )
+        return super()._build_qf_encoder_continuous(framework)
 
 
 def is_concat_critic_eligible(observation_space: Any, action_space: Any) -> bool:

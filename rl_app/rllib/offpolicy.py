@@ -51,6 +51,8 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.numpy import convert_to_numpy
 
+from rl_app.rllib.offpolicy_learner import BatchedStepDQNLearner, BatchedStepSACLearner
+
 STATE_FORMAT = "rl_app.array_replay/1"  # marks our buffer state (RLlib's own state has "episodes")
 
 
@@ -324,6 +326,7 @@ class _ArrayReplayTrainingStep:
     config: Any
     metrics: Any
     env_runner_group: Any
+    env_runner: Any
     learner_group: Any
     local_replay_buffer: Any  # an ArrayPrioritizedEpisodeReplayBuffer, set in setup()
 
@@ -462,6 +465,9 @@ def describe_replay(experiment: Any) -> str | None:
 
 
 def use_array_replay(experiment: Any, config: Any) -> None:
-    """Point ``config`` at the algorithm class with the array buffer when ``experiment`` fits it."""
+    """Point ``config`` at the algorithm class with the array buffer, and at our learner, when
+    ``experiment`` fits them."""
     if experiment.algorithm in ARRAY_REPLAY_ALGORITHMS and replay_refusal(experiment) is None:
         config.algo_class = ARRAY_REPLAY_ALGORITHMS[experiment.algorithm]
+        learner = {"DQN": BatchedStepDQNLearner, "SAC": BatchedStepSACLearner}[experiment.algorithm]
+        config.learners(learner_class=learner)
