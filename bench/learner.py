@@ -70,17 +70,29 @@ def sac_update_seconds(algo: Any, updates: int) -> tuple[int, list[float]]:
         algo.train()
     seconds = []
     for _ in range(updates + 1):
-        episodes = algo.local_replay_buffer.sample(
-            num_items=config.total_train_batch_size,
-            n_step=config.n_step,
-            gamma=config.gamma,
-            beta=config.replay_buffer_config.get("beta"),
-            sample_episodes=True,
-        )
+        update = _replay_update(algo)
         began = time.perf_counter()
-        algo.learner_group.update(episodes=episodes, timesteps=_timesteps(algo))
+        update()
         seconds.append(time.perf_counter() - began)
     return config.total_train_batch_size, seconds[1:]
+
+
+def _replay_update(algo: Any) -> Any:
+    """One replay batch drawn now, and the learner update on it to be timed: our array buffer's
+    columns, or RLlib's episodes where the experiment replays through RLlib's buffer."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+    config, buffer = algo.config, algo.local_replay_buffer
+    size, beta = config.total_train_batch_size, config.replay_buffer_config.get("beta") or 0.0
+    if hasattr(buffer, "sample_batch"):
+        columns = buffer.sample_batch(size, n_step=config.n_step, gamma=config.gamma, beta=beta)
+        batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=size)
+        return lambda: algo.learner_group.update(batch=batch, timesteps=_timesteps(algo))
+    episodes = buffer.sample(
+        num_items=size, n_step=config.n_step, gamma=config.gamma, beta=beta, sample_episodes=True
+    )
+    return lambda: algo.learner_group.update(episodes=episodes, timesteps=_timesteps(algo))
 
 
 CASES = {"ppo_cartpole": ppo_update_seconds, "sac_pendulum": sac_update_seconds}
