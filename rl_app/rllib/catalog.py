@@ -77,18 +77,12 @@ class ConcatCriticSACCatalog(SACCatalog):
     (see the module docstring); the actor is RLlib's."""
 
     def _build_qf_encoder_continuous(self, framework: str) -> Any:
-        observation_encoder = self._encoder_config
-        action_shape = self.action_space.shape or ()
-        if (
-            isinstance(observation_encoder, MLPEncoderConfig)
-            and observation_encoder.input_dims
-            and len(action_shape) == 1
-        ):
-            joined = observation_encoder.input_dims[0] + action_shape[0]
-            return TorchObservationActionEncoder(
-                dataclasses.replace(observation_encoder, input_dims=[joined])
-            )
-        return super()._build_qf_encoder_continuous(framework)
+        if not is_concat_critic_eligible(self.observation_space, self.action_space):
+            return super()._build_qf_encoder_continuous(framework)
+        observation_encoder: Any = self._encoder_config  # an MLP's, for a flat Box observation
+        action_space: Any = self.action_space
+        joined = observation_encoder.input_dims[0] + action_space.shape[0]
+        return TorchObservationActionEncoder(dataclasses.replace(observation_encoder, input_dims=[joined]))
 
 
 def is_concat_critic_eligible(observation_space: Any, action_space: Any) -> bool:

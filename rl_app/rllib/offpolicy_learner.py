@@ -6,7 +6,7 @@ twice, each a reduction and a host sync, and ``DQNLearner`` Polyak-averages the 
 through state dicts and ``load_state_dict``. Here one multi-tensor norm answers "all finite?" (any
 nan/inf, or an overflowing norm, hands the step to RLlib's own path, so what happens then is
 RLlib's), and the target average is the same arithmetic (``tau * main + (1 - tau) * target``) as
-three multi-tensor ops. Registered through ``AlgorithmConfig.training(learner_class=...)`` with the
+three multi-tensor ops. Registered through ``AlgorithmConfig.learners(learner_class=...)`` with the
 array replay (rl_app/rllib/offpolicy.py); proven equal to RLlib's in tests/test_offpolicy.py.
 """
 
