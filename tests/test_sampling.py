@@ -69,22 +69,23 @@ MIXED, EXPLORING, GREEDY = [True, True, False, True], [True, True, True], [False
 
 
 @pytest.mark.parametrize(
-    ("experiment", "calls"),
+    ("experiment", "calls", "overrides"),
     [
-        ("ppo_cartpole", MIXED),
-        ("appo_cartpole", MIXED),
-        ("dqn_cartpole", MIXED),  # epsilon-greedy inside the module, from the step count
-        ("sac_pendulum", EXPLORING),  # squashed Gaussian, unsquashed to the bounds, truncated episodes
-        ("sac_pendulum", GREEDY),
-        ("ppo_catch", MIXED),
+        ("ppo_cartpole", MIXED, ()),  # CartPole's own vector env (one numpy step for all envs)
+        ("ppo_cartpole", MIXED, ("env_runners.vectorize=sync",)),  # gymnasium's SyncVectorEnv
+        ("appo_cartpole", MIXED, ()),
+        ("dqn_cartpole", MIXED, ()),  # epsilon-greedy inside the module, from the step count
+        ("sac_pendulum", EXPLORING, ()),  # squashed Gaussian, unsquashed to the bounds, truncated episodes
+        ("sac_pendulum", GREEDY, ()),
+        ("ppo_catch", MIXED, ()),
     ],
 )
 def test_same_weights_and_seeds_give_rllibs_episodes_and_metrics(
-    experiment: str, calls: list[bool], shipped: Path
+    experiment: str, calls: list[bool], overrides: tuple[str, ...], shipped: Path
 ) -> None:
     import torch
 
-    ours, theirs = runner_pair(experiment)
+    ours, theirs = runner_pair(experiment, overrides)
     ids: dict[str, str] = {}
     continued = False
     for call, explore in enumerate(calls):
@@ -168,7 +169,9 @@ def test_experiments_it_does_not_fit_use_rllibs_runner_and_say_why(shipped: Path
     assert refusal("ppo_cartpole", "env_runners.runner=rllib") == "env_runners.runner: rllib"
     assert refusal("ppo_halfcheetah") == "env_runners.observation_filter MeanStdFilter is an RLlib connector"
     assert (
-        describe_sampling(load_experiment("ppo_cartpole", ("env_runners.runner=rllib",)).config)
+        describe_sampling(
+            load_experiment("ppo_cartpole", ("env_runners.runner=rllib", "env_runners.vectorize=sync")).config
+        )
         == "RLlib's runner (env_runners.runner: rllib)"
     )
     loaded = load_experiment("ppo_halfcheetah", ())
@@ -201,3 +204,37 @@ def test_the_start_says_which_runner_samples(shipped: Path, tmp_path: Path, ray_
         console=Console(file=out, width=300),
     )
     assert "sampling: fast runner" in out.getvalue()
+
+
+def test_cartpole_steps_its_own_vector_env_unless_told_sync(shipped: Path) -> None:
+    """CartPole has a numpy vector env of its own (gymnasium's ``vector_entry_point``); envs with
+    wrappers or without one, and ``vectorize: sync``, get gymnasium's SyncVectorEnv of single envs."""
+    import gymnasium
+
+    def runner_env(name: str, *overrides: str) -> Any:
+        ours, _ = runner_pair(name, overrides)
+        return ours.env.unwrapped
+
+    native = runner_env("ppo_cartpole")
+    assert type(native).__name__ == "CartPoleVectorEnv" and native.num_envs == 4
+    assert native.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.NEXT_STEP
+    assert isinstance(
+        runner_env("ppo_cartpole", "env_runners.vectorize=sync"), gymnasium.vector.SyncVectorEnv
+    )
+    assert isinstance(runner_env("sac_pendulum"), gymnasium.vector.SyncVectorEnv)  # Pendulum has none
+    assert describe_sampling(load_experiment("ppo_cartpole").config) == (
+        "fast runner (rl_app's batched sampler), CartPole-v1's own vector env"
+    )
+    assert describe_sampling(load_experiment("ppo_catch").config) == "fast runner (rl_app's batched sampler)"
+
+
+def test_returns_in_the_native_envs_float32_are_read_as_numbers() -> None:
+    """CartPole's vector env gives float32 rewards, so RLlib's episode returns are numpy float32,
+    which is no Python float: the evaluation return must still be read (it ranks checkpoints)."""
+    from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, EVALUATION_RESULTS
+
+    from rl_app.rllib.results import evaluation_return
+
+    result = {EVALUATION_RESULTS: {ENV_RUNNER_RESULTS: {EPISODE_RETURN_MEAN: np.float32(487.5)}}}
+    assert evaluation_return(result) == 487.5
+    assert np.isnan(evaluation_return({EVALUATION_RESULTS: {ENV_RUNNER_RESULTS: {}}}))

@@ -114,6 +114,12 @@ class EnvRunnersSection(Section):
         description="'auto': our batched sampler where the experiment fits it (the start says which); "
         "'rllib': RLlib's SingleAgentEnvRunner always.",
     )
+    vectorize: Literal["auto", "sync"] = Field(
+        "auto",
+        description="'auto': the env's own vectorized implementation where Gymnasium has one and the "
+        "experiment declares no wrappers (CartPole: one numpy step for all envs); 'sync': Gymnasium's "
+        "SyncVectorEnv over single envs always. The two draw different start states for one seed.",
+    )
     observation_filter: Literal["MeanStdFilter"] | None = Field(
         None,
         description="Normalise observations by running mean and std (RLlib's MeanStdFilter connector, "

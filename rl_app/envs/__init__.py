@@ -9,8 +9,10 @@ from rl_app.envs.factory import (
     check_env,
     check_env_id,
     env_creator,
+    has_native_vector_env,
     has_training_only_wrappers,
     make_env,
+    make_native_vector_env,
     observation_space,
 )
 from rl_app.envs.wrappers import WRAPPERS, check_wrapper
@@ -22,7 +24,9 @@ __all__ = [
     "check_env_id",
     "check_wrapper",
     "env_creator",
+    "has_native_vector_env",
     "has_training_only_wrappers",
     "make_env",
+    "make_native_vector_env",
     "observation_space",
 ]

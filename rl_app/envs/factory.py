@@ -105,12 +105,37 @@ def make_env(
     return instance
 
 
+def has_native_vector_env(env: EnvSection) -> bool:
+    """Whether ``env`` is a Gymnasium id with a vectorized implementation of its own (a
+    ``vector_entry_point``, e.g. CartPole's) and no declared wrappers, which it could not take."""
+    if ":" in env.id or env.wrappers:
+        return False
+    import gymnasium
+
+    _register_namespace(env.id)
+    spec = gymnasium.envs.registry.get(env.id)
+    return spec is not None and spec.vector_entry_point is not None
+
+
+def make_native_vector_env(env: EnvSection, num_envs: int, config: Mapping[str, Any] | None = None) -> Any:
+    """``num_envs`` copies of ``env`` as its own vector env (see :func:`has_native_vector_env`)."""
+    import gymnasium
+
+    kwargs = dict(env.config if config is None else config)
+    return gymnasium.make_vec(env.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
+
+
 def _create(env_data: dict[str, Any], evaluation: bool, env_config: Mapping[str, Any]) -> Any:
-    return make_env(EnvSection.model_validate(env_data), config=env_config, evaluation=evaluation)
+    env, config = EnvSection.model_validate(env_data), dict(env_config)
+    num_envs = config.pop("num_envs", None)  # RLlib asks for a whole vector env (vector_entry_point mode)
+    if num_envs is not None:
+        return make_native_vector_env(env, num_envs, config)
+    return make_env(env, config=config, evaluation=evaluation)
 
 
 def env_creator(env: EnvSection, evaluation: bool = False) -> Callable[[Mapping[str, Any]], Any]:
-    """An env creator in RLlib's form (``creator(env_config) -> env``) that calls :func:`make_env`.
+    """An env creator in RLlib's form (``creator(env_config) -> env``) that calls :func:`make_env`,
+    or, given ``num_envs`` in the config, :func:`make_native_vector_env`.
 
     It holds the section as plain data, so it pickles to remote env runners.
     """

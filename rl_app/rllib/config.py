@@ -172,7 +172,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     from rl_app.envs import has_training_only_wrappers
     from rl_app.rllib.env_runner import env_runner_class
     from rl_app.rllib.offpolicy import use_array_replay
-    from rl_app.rllib.sampling import sampling_refusal
+    from rl_app.rllib.sampling import sampling_refusal, vectorizes_natively
 
     spec = algorithm_spec(experiment.algorithm)
     runners = experiment.env_runners
@@ -188,6 +188,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
             num_env_runners=plan.num_env_runners,
             num_envs_per_env_runner=plan.num_envs_per_env_runner,
             rollout_fragment_length=runners.rollout_fragment_length,
+            gym_env_vectorize_mode="vector_entry_point" if vectorizes_natively(experiment) else "sync",
         )
         .learners(
             num_learners=plan.num_learners,

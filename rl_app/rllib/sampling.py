@@ -4,10 +4,11 @@ RLlib's ``SingleAgentEnvRunner`` runs two connector pipelines, unbatches every o
 ``add_env_step`` and three callbacks per env on every step. For the default pipelines (nothing in
 them but batching, tensor conversion, action sampling and unsquashing) that is the same as: one
 forward pass on the stacked observations, one draw from the action distribution, one env step,
-and the step's arrays kept as they are. The episodes are then filled once per ``sample()`` call
-(or when one ends) from slices of those arrays, with the same ids, lookback buffers, extra model
-outputs, metrics and callbacks as RLlib's runner gives them. Same seeds, same weights: same
-episodes, to the bit (tests/test_sampling.py).
+and the step's arrays kept as they are. At the end of each ``sample()`` call the step arrays are
+stacked once and every episode's columns are slices of them, with the same ids, lookback buffers,
+extra model outputs and metrics as RLlib's runner gives them (its episode callbacks are no-ops;
+experiments with callbacks of their own sample with RLlib's runner). Same seeds, same weights:
+same episodes, to the bit (tests/test_sampling.py).
 
 Timestep sampling (training) and episode sampling (evaluation) take this path; random actions
 stay RLlib's. Experiments it does not fit fall back to RLlib's runner, with the reason.
@@ -15,6 +16,7 @@ stay RLlib's. Experiments it does not fit fall back to RLlib's runner, with the 
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from typing import Any, cast
@@ -26,11 +28,12 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 from ray.rllib.env.env_runner import ENV_STEP_FAILURE
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from ray.rllib.utils.metrics import RLMODULE_INFERENCE_TIMER, WEIGHTS_SEQ_NO
-from ray.rllib.utils.spaces.space_utils import clip_action, get_base_struct_from_space, unsquash_action
+from ray.rllib.utils.spaces.space_utils import batch, clip_action, get_base_struct_from_space, unsquash_action
 
-from rl_app.envs import observation_space
+from rl_app.envs import has_native_vector_env, observation_space
 from rl_app.rllib.env_runner import RLAppEnvRunner
 
 logger = logging.getLogger(__name__)
@@ -69,10 +72,16 @@ def sampling_refusal(experiment: Any) -> str | None:
     return None
 
 
+def vectorizes_natively(experiment: Any) -> bool:
+    """Whether the runners step the env's own vector env (``env_runners.vectorize``)."""
+    return experiment.env_runners.vectorize == "auto" and has_native_vector_env(experiment.env)
+
+
 def describe_sampling(experiment: Any) -> str:
-    """The start line's word on sampling: our runner, or RLlib's and why."""
+    """The start line's word on sampling: our runner, or RLlib's and why; and the vector env."""
     refusal = sampling_refusal(experiment)
-    return "fast runner (rl_app's batched sampler)" if refusal is None else f"RLlib's runner ({refusal})"
+    runner = "fast runner (rl_app's batched sampler)" if refusal is None else f"RLlib's runner ({refusal})"
+    return f"{runner}, {experiment.env.id}'s own vector env" if vectorizes_natively(experiment) else runner
 
 
 def _pipeline_refusal(runner: Any) -> str | None:
@@ -88,9 +97,13 @@ def _pipeline_refusal(runner: Any) -> str | None:
         return f"action space {runner.env.single_action_space}"
     if not isinstance(runner.env.single_observation_space, gym.spaces.Box):
         return f"observation space {runner.env.single_observation_space}"
-    # Episode start/end/created callbacks are made as RLlib makes them; per-step ones are not.
-    if runner.config.callbacks_class is not RLlibCallback or runner.config.callbacks_on_episode_step:
-        return "custom callbacks (on_episode_step is not made)"
+    # Episodes are filled once per call, so no episode callback would see what RLlib's shows it.
+    config = runner.config
+    episode_callbacks = ("created", "start", "step", "end")
+    if config.callbacks_class is not RLlibCallback or any(
+        getattr(config, f"callbacks_on_episode_{which}") for which in episode_callbacks
+    ):
+        return "custom episode callbacks"
     return None
 
 
@@ -189,9 +202,16 @@ class FastEnvRunner(RLAppEnvRunner):
         module: Any = self.module
         was_training = module.training
         module.eval()  # RLlib's forward_* switch it on every step: a walk over all layers, twice
+        # A call allocates thousands of small objects that all live until it returns (episodes, their
+        # buffers, info dicts); the collector would walk them, and the whole heap, again and again
+        # (a quarter of the time at 256 CartPole envs). It runs once the call is over.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             return self._sample_in_eval_mode(num_timesteps, num_episodes, explore, force_reset)
         finally:
+            if collecting:
+                gc.enable()
             if was_training:
                 module.train()
 
@@ -216,14 +236,18 @@ class FastEnvRunner(RLAppEnvRunner):
                 for episode in episodes
             ]
         )
-        action_struct = get_base_struct_from_space(cast(Any, self.env).single_action_space)
-        steps: list[dict[str, Any]] = []
+        env: Any = self.env
+        action_struct = get_base_struct_from_space(env.single_action_space)
+        steps = _Steps()
         chunk_start = [0] * n  # each env's first step of its current episode
+        ended: list[tuple[Any, int, int, int]] = []  # (episode, env, first step, end), filled at the end
         done_episodes: list[Any] = []
         runners = self.config.num_env_runners or 1
         ts = 0
         while (
-            ts < num_timesteps if num_timesteps is not None else len(done_episodes) < cast(int, num_episodes)
+            ts < num_timesteps
+            if num_timesteps is not None
+            else len(done_episodes) + len(ended) < cast(int, num_episodes)
         ):
             t = (self.num_env_steps_sampled_lifetime // runners + ts) * runners
             out = self._act(observations, explore, t)
@@ -231,7 +255,8 @@ class FastEnvRunner(RLAppEnvRunner):
             results = self._try_env_step(self._actions_for_env(actions, action_struct))
             if isinstance(results, str) and results == ENV_STEP_FAILURE:
                 # As RLlib: the ongoing episodes are dropped (finished ones kept), every env starts over.
-                ts, steps = 0, []
+                done_episodes += self._finished(ended, steps)
+                ts, steps, ended = 0, _Steps(), []
                 self._reset_envs_and_episodes(explore)
                 episodes = cast(list[Any], self._ongoing_episodes)
                 observations = np.stack([episode.get_observations(-1) for episode in episodes])
@@ -239,35 +264,26 @@ class FastEnvRunner(RLAppEnvRunner):
                 chunk_start = [0] * n
                 continue
             next_observations, rewards, terminateds, truncateds, infos = results
-            s = len(steps)
-            steps.append(
-                {
-                    "obs": next_observations,
-                    "actions": actions,
-                    "rewards": rewards,
-                    "terminateds": terminateds,
-                    "truncateds": truncateds,
-                    "infos": infos,
-                    "extra": out,
-                }
-            )
+            s = steps.add(next_observations, actions, rewards, infos, out)
             stepped = ~resetting
             ts += int(stepped.sum())
             for i in np.flatnonzero(resetting).tolist():
                 episodes[i].add_env_reset(observation=next_observations[i], infos=infos[i])
-                self._make_on_episode_callback("on_episode_start", i, episodes)
                 chunk_start[i] = s + 1
             done = stepped & (terminateds | truncateds)
             for i in np.flatnonzero(done).tolist():
-                self._fill(episodes[i], steps, i, chunk_start[i], s + 1)
-                self._make_on_episode_callback("on_episode_end", i, episodes)
-                done_episodes.append(episodes[i].to_numpy() if self.episodes_to_numpy else episodes[i])
-                self._new_episode(i, episodes)
-                if num_episodes is not None and len(done_episodes) >= num_episodes:
+                ended.append((episodes[i], i, chunk_start[i], s + 1))
+                episodes[i].is_terminated = bool(terminateds[i])
+                episodes[i].is_truncated = bool(truncateds[i])
+                episodes[i] = SingleAgentEpisode(
+                    observation_space=env.single_observation_space, action_space=env.single_action_space
+                )
+                if num_episodes is not None and len(done_episodes) + len(ended) >= num_episodes:
                     break
             resetting = done
-            observations = np.asarray(next_observations)
+            observations = np.ascontiguousarray(next_observations)  # a vector env may give it transposed
 
+        done_episodes += self._finished(ended, steps)
         if num_episodes is not None:
             self._done_episodes_for_metrics.extend(done_episodes)
             self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
@@ -278,7 +294,8 @@ class FastEnvRunner(RLAppEnvRunner):
             if not resetting[i]:
                 self._fill(episodes[i], steps, i, chunk_start[i], len(steps))
         continuations = [
-            episode.cut(len_lookback_buffer=self.config.episode_lookback_horizon) for episode in episodes
+            _with_list_buffers(episode.cut(len_lookback_buffer=self.config.episode_lookback_horizon))
+            for episode in episodes
         ]
         for episode in episodes:
             if episode.t == 0:
@@ -292,34 +309,93 @@ class FastEnvRunner(RLAppEnvRunner):
         self._increase_sampled_metrics(ts, len(done_episodes))
         return done_episodes + ongoing
 
+    def _finished(self, ended: list[tuple[Any, int, int, int]], steps: _Steps) -> list[Any]:
+        """The episodes that ended in this call, filled from the call's step arrays."""
+        finished = []
+        for episode, i, start, stop in ended:
+            self._fill(episode, steps, i, start, stop)
+            finished.append(episode.to_numpy() if self.episodes_to_numpy else episode)
+        return finished
+
     def _placeholder(self) -> np.ndarray:
         env: Any = self.env
         space = env.single_observation_space
         return np.zeros(space.shape, dtype=space.dtype)
 
-    def _fill(self, episode: Any, steps: list[dict[str, Any]], i: int, start: int, stop: int) -> None:
-        """``add_env_step`` for env ``i``'s steps ``start:stop``, all at once."""
-        span = steps[start:stop]
-        if not span:
+    def _fill(self, episode: Any, steps: _Steps, i: int, start: int, stop: int) -> None:
+        """``add_env_step`` for env ``i``'s steps ``start:stop``, all at once: each column's rows
+        are one slice of the call's stacked arrays."""
+        if stop <= start:
             return
-        observations = [step["obs"][i] for step in span]
-        infos = [step["infos"][i] or {} for step in span]
-        episode.observations.extend(observations)
-        episode.actions.extend([step["actions"][i] for step in span])
-        episode.rewards.extend([step["rewards"][i] for step in span])
+        span = slice(start, stop)
+        _append_rows(episode.observations, steps.column("obs")[span, i])
+        _append_rows(episode.actions, steps.column("actions")[span, i])
+        _append_rows(episode.rewards, steps.column("rewards")[span, i])
+        infos = [info or {} for info in steps.infos(i, span)]
         episode.infos.extend(infos)
-        extra = {key: [step["extra"][key][i] for step in span] for key in span[0]["extra"]}
-        extra[WEIGHTS_SEQ_NO] = [self._weights_seq_no] * len(span)
-        for key, values in extra.items():
+        for key in steps.extra_keys:
             if key not in episode.extra_model_outputs:
-                episode.extra_model_outputs[key] = InfiniteLookbackBuffer(values)
-            else:
-                episode.extra_model_outputs[key].extend(values)
-        episode.t += len(span)
-        last = span[-1]
-        episode.is_terminated = bool(last["terminateds"][i])
-        episode.is_truncated = bool(last["truncateds"][i])
-        episode._last_added_observation, episode._last_added_infos = observations[-1], infos[-1]
+                episode.extra_model_outputs[key] = InfiniteLookbackBuffer()
+            _append_rows(episode.extra_model_outputs[key], steps.column(key)[span, i])
+        if WEIGHTS_SEQ_NO not in episode.extra_model_outputs:
+            episode.extra_model_outputs[WEIGHTS_SEQ_NO] = InfiniteLookbackBuffer()
+        _append_rows(episode.extra_model_outputs[WEIGHTS_SEQ_NO], np.full(stop - start, self._weights_seq_no))
+        episode.t += stop - start
+        episode._last_added_observation, episode._last_added_infos = episode.observations.data[-1], infos[-1]
         episode._last_step_time = time.perf_counter()
         if episode._start_time is None:
             episode._start_time = episode._last_step_time
+
+
+class _Steps:
+    """One ``sample()`` call's vector steps, stacked into ``[step, env, ...]`` arrays when read."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, list[Any]] = {"obs": [], "actions": [], "rewards": []}
+        self._infos: list[Any] = []
+        self._stacked: dict[str, np.ndarray] = {}
+        self.extra_keys: list[str] = []
+
+    def add(self, observations: Any, actions: Any, rewards: Any, infos: Any, extra: dict[str, Any]) -> int:
+        """Keep one vector step; returns its index."""
+        if not self._infos:
+            self.extra_keys = list(extra)
+            self._rows.update({key: [] for key in extra})
+        for key, value in (("obs", observations), ("actions", actions), ("rewards", rewards), *extra.items()):
+            self._rows[key].append(value)
+        self._infos.append(infos)
+        self._stacked.clear()
+        return len(self._infos) - 1
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def column(self, key: str) -> np.ndarray:
+        if key not in self._stacked:
+            self._stacked[key] = np.stack(self._rows[key])
+        return self._stacked[key]
+
+    def infos(self, i: int, span: slice) -> list[Any]:
+        return [step[i] for step in self._infos[span]]
+
+
+def _append_rows(buffer: InfiniteLookbackBuffer, rows: np.ndarray) -> None:
+    """Extend ``buffer`` by ``rows`` and leave it as ``finalize()`` would: one array, the
+    items ``batch()`` would have stacked (a lookback kept as a list is stacked first)."""
+    if buffer.finalized:
+        buffer.data = np.concatenate([buffer.data, rows])
+    elif buffer.data:
+        buffer.data = np.concatenate([batch(cast(list[Any], buffer.data)), rows])
+    else:
+        buffer.data = rows.copy()  # not a view: it would keep the call's whole array alive
+    buffer.finalized = True
+
+
+def _with_list_buffers(episode: Any) -> Any:
+    """A continuation as RLlib's runner leaves it (its buffers lists of items), though ``cut()``
+    took it from arrays: RLlib's own sampling may go on with it (random actions)."""
+    buffers = [episode.observations, episode.actions, episode.rewards, *episode.extra_model_outputs.values()]
+    for buffer in buffers:
+        if buffer.finalized:
+            buffer.data, buffer.finalized = list(buffer.data), False
+    return episode

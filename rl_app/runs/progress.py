@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -40,8 +41,9 @@ CSV_FIELDS = list(IterationMetrics.__dataclass_fields__)
 
 
 def number_or_nan(value: Any) -> float:
-    """``value`` as a float when it is a number, else NaN (results leave out what they lack)."""
-    return float(value) if isinstance(value, (int, float)) else math.nan
+    """``value`` as a float when it is a number (numpy's float32 too: RLlib's episode returns take the
+    rewards' dtype), else NaN (results leave out what they lack)."""
+    return float(value) if isinstance(value, numbers.Real) else math.nan
 
 
 def finite_max(current: float, value: float) -> float:
