@@ -268,14 +268,19 @@ def sac_training_rate(steps: int, starts: int = 1_000, warm: int = 50) -> dict[s
     }
 
 
-def raw_ceiling(env: Any, num_envs: int, steps: int) -> float:
+def raw_ceiling(experiment: Any, num_envs: int, steps: int) -> float:
     """Random-action steps/s of the experiment's env (with its wrappers, e.g. the Atari
-    preprocessing) in gymnasium's sync vector env of the runners' width, in this process."""
+    preprocessing) vectorized as its runners vectorize it (the env's own vector env, or
+    gymnasium's sync vector env), at the runners' width, in this process."""
     import gymnasium
 
-    from rl_app.envs import make_env
+    from rl_app.envs import make_env, make_native_vector_env
+    from rl_app.rllib.sampling import vectorizes_natively
 
-    envs = gymnasium.vector.SyncVectorEnv([lambda: make_env(env)] * num_envs)
+    if vectorizes_natively(experiment):
+        envs = make_native_vector_env(experiment.env, num_envs)
+    else:
+        envs = gymnasium.vector.SyncVectorEnv([lambda: make_env(experiment.env)] * num_envs)
     envs.reset(seed=0)
     envs.action_space.seed(0)
     began = time.perf_counter()
@@ -345,7 +350,7 @@ def throughput(steps: int) -> dict[str, Any]:
     ):
         config = load_experiment(experiment).config
         n = steps // share
-        ceiling = raw_ceiling(config.env, config.env_runners.num_envs_per_env_runner, n)
+        ceiling = raw_ceiling(config, config.env_runners.num_envs_per_env_runner, n)
         row = rows[experiment] = {
             "env": config.env.id,
             "sampler": describe_sampling(config),
@@ -370,17 +375,21 @@ def throughput(steps: int) -> dict[str, Any]:
     return rows
 
 
-def per_step_cost(experiment: str, steps: int, env_counts: tuple[int, ...] = (8, 32, 64)) -> dict[str, Any]:
-    """Where sampling time goes: driver sampling at several vector-env widths, and a line fitted
+def per_step_cost(
+    experiment: str, steps: int, env_counts: tuple[int, ...] = (8, 64, 256, 1024)
+) -> dict[str, Any]:
+    """Where sampling time goes: driver sampling at several vector-env widths (the wider ones
+    sample more steps, so each width runs a similar number of vector steps), and a line fitted
     through RLlib's time per vector step minus the raw env's, as fixed + per-env cost."""
     from rl_app.config import load_experiment
 
-    env = load_experiment(experiment).config.env
+    config = load_experiment(experiment).config
     widths, overheads, rates = [], [], {}
     for num_envs in env_counts:
-        rate = sampling(experiment, 0, steps, num_envs=num_envs, runner="rllib")
-        fast = sampling(experiment, 0, steps, num_envs=num_envs)
-        raw = raw_ceiling(env, num_envs, steps)
+        n = steps * max(1, num_envs // 64)
+        rate = sampling(experiment, 0, n, num_envs=num_envs, runner="rllib")
+        fast = sampling(experiment, 0, n, num_envs=num_envs)
+        raw = raw_ceiling(config, num_envs, n)
         rates[num_envs] = {
             "steps_per_s": rate,
             "fast_steps_per_s": fast,

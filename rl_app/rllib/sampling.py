@@ -5,7 +5,8 @@ RLlib's ``SingleAgentEnvRunner`` runs two connector pipelines, unbatches every o
 them but batching, tensor conversion, action sampling and unsquashing) that is the same as: one
 forward pass on the stacked observations, one draw from the action distribution, one env step,
 and the step's arrays kept as they are. At the end of each ``sample()`` call the step arrays are
-stacked once and every episode's columns are slices of them, with the same ids, lookback buffers,
+stacked once and every episode's columns are slices of them (an episode that starts in the call is
+made only then, in one constructor call), with the same ids, lookback buffers,
 extra model outputs and metrics as RLlib's runner gives them (its episode callbacks are no-ops;
 experiments with callbacks of their own sample with RLlib's runner). Same seeds, same weights:
 same episodes, to the bit (tests/test_sampling.py).
@@ -19,7 +20,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -89,6 +90,8 @@ def _pipeline_refusal(runner: Any) -> str | None:
     module_to_env = tuple(type(c).__name__ for c in runner._module_to_env.connectors)
     if env_to_module != DEFAULT_ENV_TO_MODULE or module_to_env != DEFAULT_MODULE_TO_ENV:
         return f"connectors other than RLlib's defaults ({env_to_module}, {module_to_env})"
+    if not runner.config.episodes_to_numpy:
+        return "episodes_to_numpy is off (ours hands out numpy episodes)"
     if runner.module is None or runner.module.is_stateful():
         return "the module is recurrent"
     if any(p.device.type != "cpu" for p in runner.module.parameters()):
@@ -225,7 +228,9 @@ class FastEnvRunner(RLAppEnvRunner):
         if num_episodes is not None:
             self._needs_initial_reset = True  # the next call starts from fresh episodes too
         self._cached_to_module = None  # RLlib's timestep path never runs after ours
-        episodes: list[Any] = self._ongoing_episodes
+        # None: an episode that started in this call, made from the step arrays when it ends or the
+        # call does (most episodes of a short-lived policy never exist before that).
+        episodes: list[Any] = list(self._ongoing_episodes)
         n = self.num_envs
         # An env whose episode ended in the last step returns its reset observation next
         # (gymnasium's next-step autoreset): that step is the new episode's reset, not a timestep.
@@ -240,7 +245,7 @@ class FastEnvRunner(RLAppEnvRunner):
         action_struct = get_base_struct_from_space(env.single_action_space)
         steps = _Steps()
         chunk_start = [0] * n  # each env's first step of its current episode
-        ended: list[tuple[Any, int, int, int]] = []  # (episode, env, first step, end), filled at the end
+        ended: list[_Ended] = []  # made or filled at the end of the call
         done_episodes: list[Any] = []
         runners = self.config.num_env_runners or 1
         ts = 0
@@ -258,7 +263,7 @@ class FastEnvRunner(RLAppEnvRunner):
                 done_episodes += self._finished(ended, steps)
                 ts, steps, ended = 0, _Steps(), []
                 self._reset_envs_and_episodes(explore)
-                episodes = cast(list[Any], self._ongoing_episodes)
+                episodes = list(self._ongoing_episodes)
                 observations = np.stack([episode.get_observations(-1) for episode in episodes])
                 resetting[:] = False
                 chunk_start = [0] * n
@@ -268,15 +273,12 @@ class FastEnvRunner(RLAppEnvRunner):
             stepped = ~resetting
             ts += int(stepped.sum())
             for i in np.flatnonzero(resetting).tolist():
-                episodes[i].add_env_reset(observation=next_observations[i], infos=infos[i])
+                episodes[i] = None  # its reset observation is this step's
                 chunk_start[i] = s + 1
             done = stepped & (terminateds | truncateds)
             for i in np.flatnonzero(done).tolist():
-                ended.append((episodes[i], i, chunk_start[i], s + 1))
-                episodes[i].is_terminated = bool(terminateds[i])
-                episodes[i].is_truncated = bool(truncateds[i])
-                episodes[i] = SingleAgentEpisode(
-                    observation_space=env.single_observation_space, action_space=env.single_action_space
+                ended.append(
+                    _Ended(episodes[i], i, chunk_start[i], s + 1, bool(terminateds[i]), bool(truncateds[i]))
                 )
                 if num_episodes is not None and len(done_episodes) + len(ended) >= num_episodes:
                     break
@@ -289,33 +291,80 @@ class FastEnvRunner(RLAppEnvRunner):
             self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
             self._increase_sampled_metrics(ts, len(done_episodes))
             return done_episodes
-        ongoing = []
         for i in range(n):
-            if not resetting[i]:
+            if resetting[i]:  # ended in the last step: the next call resets it
+                episodes[i] = SingleAgentEpisode(
+                    observation_space=env.single_observation_space, action_space=env.single_action_space
+                )
+            elif episodes[i] is None:
+                episodes[i] = self._episode_from_steps(steps, _Ended(None, i, chunk_start[i], len(steps)))
+            else:
                 self._fill(episodes[i], steps, i, chunk_start[i], len(steps))
         continuations = [
             _with_list_buffers(episode.cut(len_lookback_buffer=self.config.episode_lookback_horizon))
             for episode in episodes
         ]
+        ongoing = []
         for episode in episodes:
             if episode.t == 0:
                 continue
             episode.validate()
             self._ongoing_episodes_for_metrics[episode.id_].append(episode)
-            ongoing.append(episode.to_numpy() if self.episodes_to_numpy else episode)
+            ongoing.append(episode.to_numpy())
         self._ongoing_episodes = continuations
         self._done_episodes_for_metrics.extend(done_episodes)
         self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
         self._increase_sampled_metrics(ts, len(done_episodes))
         return done_episodes + ongoing
 
-    def _finished(self, ended: list[tuple[Any, int, int, int]], steps: _Steps) -> list[Any]:
-        """The episodes that ended in this call, filled from the call's step arrays."""
+    def _finished(self, ended: list[_Ended], steps: _Steps) -> list[Any]:
+        """The episodes that ended in this call, made or filled from the call's step arrays."""
         finished = []
-        for episode, i, start, stop in ended:
-            self._fill(episode, steps, i, start, stop)
-            finished.append(episode.to_numpy() if self.episodes_to_numpy else episode)
+        for end in ended:
+            if end.episode is None:
+                finished.append(self._episode_from_steps(steps, end))
+                continue
+            end.episode.is_terminated, end.episode.is_truncated = end.terminated, end.truncated
+            self._fill(end.episode, steps, end.env, end.start, end.stop)
+            finished.append(end.episode.to_numpy())
         return finished
+
+    def _episode_from_steps(self, steps: _Steps, end: _Ended) -> Any:
+        """The episode env ``end.env`` began at step ``end.start - 1`` (its reset observation), as
+        RLlib's ``add_env_reset``, ``add_env_step`` per step and ``to_numpy`` would leave it."""
+        env: Any = self.env
+        i, start, stop = end.env, end.start, end.stop
+        reset = steps.step_time(start - 1)
+        spaces = {"observation_space": env.single_observation_space, "action_space": env.single_action_space}
+        episode: Any
+        if stop == start:  # reset, no step yet: as RLlib's runner keeps it (lists)
+            episode = SingleAgentEpisode(**spaces)
+            info = steps.infos(i, slice(start - 1, start))[0]
+            episode.add_env_reset(observation=steps.column("obs")[start - 1, i].copy(), infos=info)
+            episode._start_time = reset
+            return episode
+        span = slice(start, stop)
+        infos = [info or {} for info in steps.infos(i, slice(start - 1, stop))]
+        # Arrays where RLlib's signature says lists: its buffers take either, and arrays are what
+        # to_numpy() would have made of the lists.
+        columns: dict[str, Any] = {
+            "observations": steps.column("obs")[start - 1 : stop, i].copy(),
+            "actions": steps.column("actions")[span, i].copy(),
+            "rewards": steps.column("rewards")[span, i].copy(),
+            "extra_model_outputs": {key: steps.column(key)[span, i].copy() for key in steps.extra_keys}
+            | {WEIGHTS_SEQ_NO: np.full(stop - start, self._weights_seq_no)},
+        }
+        episode = SingleAgentEpisode(
+            **columns,
+            **spaces,
+            infos=infos,
+            terminated=end.terminated,
+            truncated=end.truncated,
+            len_lookback_buffer=0,
+        )
+        episode._last_added_observation, episode._last_added_infos = episode.observations.data[-1], infos[-1]
+        episode._start_time, episode._last_step_time = reset, steps.step_time(stop - 1)
+        return episode
 
     def _placeholder(self) -> np.ndarray:
         env: Any = self.env
@@ -342,9 +391,20 @@ class FastEnvRunner(RLAppEnvRunner):
         _append_rows(episode.extra_model_outputs[WEIGHTS_SEQ_NO], np.full(stop - start, self._weights_seq_no))
         episode.t += stop - start
         episode._last_added_observation, episode._last_added_infos = episode.observations.data[-1], infos[-1]
-        episode._last_step_time = time.perf_counter()
+        episode._last_step_time = steps.step_time(stop - 1)
         if episode._start_time is None:
             episode._start_time = episode._last_step_time
+
+
+class _Ended(NamedTuple):
+    """Env ``env``'s episode over the call's steps ``start:stop``; ``episode`` None: made from them."""
+
+    episode: Any
+    env: int
+    start: int
+    stop: int
+    terminated: bool = False
+    truncated: bool = False
 
 
 class _Steps:
@@ -353,6 +413,7 @@ class _Steps:
     def __init__(self) -> None:
         self._rows: dict[str, list[Any]] = {"obs": [], "actions": [], "rewards": []}
         self._infos: list[Any] = []
+        self._times: list[float] = []
         self._stacked: dict[str, np.ndarray] = {}
         self.extra_keys: list[str] = []
 
@@ -364,6 +425,7 @@ class _Steps:
         for key, value in (("obs", observations), ("actions", actions), ("rewards", rewards), *extra.items()):
             self._rows[key].append(value)
         self._infos.append(infos)
+        self._times.append(time.perf_counter())
         self._stacked.clear()
         return len(self._infos) - 1
 
@@ -377,6 +439,10 @@ class _Steps:
 
     def infos(self, i: int, span: slice) -> list[Any]:
         return [step[i] for step in self._infos[span]]
+
+    def step_time(self, index: int) -> float:
+        """When step ``index`` came back from the env (``perf_counter``, as RLlib's episodes time)."""
+        return self._times[index]
 
 
 def _append_rows(buffer: InfiniteLookbackBuffer, rows: np.ndarray) -> None:
