@@ -31,6 +31,11 @@ from rl_app.rllib.offpolicy import (
 GAMMA, N_STEP, ALPHA, BETA = 0.97, 3, 0.6, 0.4
 
 
+def rllib_learner_class(learner: Any) -> type:
+    """The RLlib learner class ``learner``'s class derives from."""
+    return next(c for c in type(learner).__mro__ if c.__module__.startswith("ray.rllib."))
+
+
 def experiment_config(name: str, overrides: tuple[str, ...] = ()) -> Any:
     loaded = load_experiment(name, ("env_runners.num_envs_per_env_runner=4", *overrides))
     return algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
@@ -284,12 +289,13 @@ def test_the_local_runner_acts_with_the_learners_weights_after_each_update(ray_s
 
 @pytest.mark.parametrize("name", ["sac_pendulum", "dqn_cartpole"])
 def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
-    """The same state and batches through RLlib's torch learner and ours (one finiteness check for
-    all gradients, the target average as multi-tensor ops): bit-equal weights, targets included,
-    and a step with a nan gradient handed to RLlib's own handling."""
+    """The same state and batches through RLlib's torch learner and ours (fused Adams, one
+    finiteness check for all gradients, the target average as multi-tensor ops, SAC's one backward
+    pass): bit-equal weights, targets included, and a step with a nan gradient handed to RLlib's
+    own handling."""
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-    from rl_app.rllib.offpolicy_learner import BatchedStepDQNLearner, BatchedStepSACLearner, all_finite
+    from rl_app.rllib.learners import BatchedStepDQNLearner, BatchedStepSACLearner, all_finite
 
     assert all_finite([torch.ones(3), torch.zeros(2, 2)])
     assert not all_finite([torch.ones(3), torch.tensor([0.0, float("inf")])])
@@ -301,8 +307,8 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     env = gym.make("Pendulum-v1" if name == "sac_pendulum" else "CartPole-v1")
     spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
     ours = config.build_learner(spaces=spaces)
-    rllib_class = type(ours).__mro__[2]  # the RLlib learner ours derives from
-    assert rllib_class.__module__.startswith("ray.rllib.")
+    rllib_class = rllib_learner_class(ours)
+    assert all(optimizer.defaults["fused"] for optimizer in ours._named_optimizers.values())
     theirs = config.copy(copy_frozen=False).learners(learner_class=rllib_class).build_learner(spaces=spaces)
     theirs.set_state(ours.get_state())
     for step in range(1, 4):  # every step syncs the targets (SAC: tau 0.005; DQN: a full copy)
@@ -325,3 +331,43 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     for key, tensor in mine.items():
         torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key, equal_nan=True)
     env.close()
+
+
+@pytest.mark.parametrize("name", ["dqn_cartpole", "sac_pendulum"])
+def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: None, name: str) -> None:
+    """With the runner and the learner in the driver, one training step runs an iteration's rounds
+    inside one learner call and collects metrics once: the same env steps, replay draws (SAC's
+    prioritized, so its TD errors must reach the priorities), weights and runner weights as
+    running RLlib's rounds (learner-group update, metrics per round) one after another."""
+    from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    overrides = ("training.num_steps_sampled_before_learning_starts=64", "evaluation.interval=0")
+    lifetime = (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)
+    results = []
+    for in_one_process in (True, False):
+        algo = experiment_config(name, overrides).build_algo()  # reseeds torch's and numpy's RNGs
+        try:
+            if in_one_process:
+                algo.training_step()
+                steps = algo.metrics.peek(lifetime)
+                assert steps >= algo.config.min_sample_timesteps_per_iteration > 64
+                assert algo.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID, "num_module_steps_trained")) > 0
+            else:
+                while algo.metrics.peek(lifetime, default=0) < steps:
+                    algo._round(algo._sample_from_runners, algo._update_learner_group, algo._sync_runners)
+                assert algo.metrics.peek(lifetime) == steps
+            learner_state = algo.learner_group.get_state(components="learner/rl_module")
+            weights = learner_state["learner"]["rl_module"][DEFAULT_MODULE_ID]
+            runner_weights = {k: v.clone() for k, v in algo.env_runner.module.state_dict().items()}
+            results.append((weights, runner_weights, algo.local_replay_buffer.get_state()))
+        finally:
+            algo.stop()
+    (weights, runner_weights, buffer), (their_weights, their_runner_weights, their_buffer) = results
+    for key, value in weights.items():
+        np.testing.assert_array_equal(value, their_weights[key], err_msg=key)
+    for key, tensor in runner_weights.items():
+        torch.testing.assert_close(tensor, their_runner_weights[key], rtol=0, atol=0, msg=key)
+        torch.testing.assert_close(tensor, torch.as_tensor(weights[key]), rtol=0, atol=0, msg=key)
+    np.testing.assert_array_equal(buffer["priority"], their_buffer["priority"])
+    if name == "sac_pendulum":  # prioritized (dqn_cartpole: uniform): TD errors became priorities
+        assert len(np.unique(buffer["priority"])) > 10

@@ -171,6 +171,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
 
     from rl_app.envs import has_training_only_wrappers
     from rl_app.rllib.env_runner import env_runner_class
+    from rl_app.rllib.learners import BatchedStepPPOLearner
     from rl_app.rllib.offpolicy import use_array_replay
     from rl_app.rllib.sampling import sampling_refusal, vectorizes_natively
 
@@ -216,6 +217,8 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         # without it an iteration is a step count and a seeded run repeats itself.
         config.reporting(min_time_s_per_iteration=None)
     use_array_replay(experiment, config)
+    if experiment.algorithm == "PPO":
+        config.learners(learner_class=BatchedStepPPOLearner)
     module_spec = _module_spec(experiment, config, source)
     if module_spec is not None:
         config.rl_module(rl_module_spec=module_spec)

@@ -23,7 +23,6 @@ extension point for a custom ``training_step``.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any, cast
 
 import numpy as np
@@ -51,7 +50,7 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.numpy import convert_to_numpy
 
-from rl_app.rllib.offpolicy_learner import BatchedStepDQNLearner, BatchedStepSACLearner
+from rl_app.rllib.learners import BatchedStepDQNLearner, BatchedStepSACLearner
 
 STATE_FORMAT = "rl_app.array_replay/1"  # marks our buffer state (RLlib's own state has "episodes")
 
@@ -321,7 +320,16 @@ class ArrayPrioritizedEpisodeReplayBuffer:
 
 
 class _ArrayReplayTrainingStep:
-    """DQN's training step (RLlib 2.60) with the replay buffer sampled as columns."""
+    """DQN's training step (RLlib 2.60) with the replay buffer sampled as columns.
+
+    Where the env runner and the learner share the algorithm's process (no remote runners, a local
+    learner; the usual single-machine SAC and DQN), one training step runs the rounds (sample,
+    store, replay, update, copy weights) of a whole iteration's minimum env steps inside one
+    call into the learner, and collects the runner's and the learner's metrics once at its end:
+    RLlib's per-round sampling call, metrics reduce and aggregation cost more than the env step
+    and a third of a SAC update at one update per env step. The rounds are the same, in the same
+    order, as RLlib's training steps would run them.
+    """
 
     config: Any
     metrics: Any
@@ -338,26 +346,105 @@ class _ArrayReplayTrainingStep:
         self.local_replay_buffer = ArrayPrioritizedEpisodeReplayBuffer(
             settings["capacity"], settings.get("alpha", 1.0)
         )
+        if self.config.seed is not None:  # a seeded run draws the same replay batches again
+            self.local_replay_buffer.rng = np.random.default_rng(self.config.seed)
 
     def training_step(self) -> None:
+        if self.env_runner_group.num_remote_workers() == 0 and self.learner_group.is_local:
+            self.learner_group.foreach_learner(self._rounds_in_one_process)
+        else:
+            self._round(self._sample_from_runners, self._update_learner_group, self._sync_runners)
+
+    def _rounds_in_one_process(self, learner: Any) -> None:
+        runner = self.env_runner
+        runner_weights, learner_weights = matching_weights(runner.module, learner.module[DEFAULT_MODULE_ID])
+        updated = False
+
+        def update(
+            batch: MultiAgentBatch, minibatch_size: int | None, timesteps: dict[str, Any]
+        ) -> np.ndarray:
+            nonlocal updated
+            learner.update(
+                batch=batch,
+                minibatch_size=minibatch_size,
+                num_epochs=1,
+                timesteps=timesteps,
+                _no_metrics_reduce=True,
+            )
+            updated = True
+            # Per-sample TD errors are read off (for the priorities) and not kept in the results.
+            key = (DEFAULT_MODULE_ID, TD_ERROR_KEY)
+            td_errors = learner.metrics.peek(key, default=None, compile=False)
+            if not td_errors:
+                return np.zeros(0, dtype=np.float32)
+            learner.metrics.delete(*key)
+            return np.concatenate([convert_to_numpy(t) for t in td_errors])
+
+        def sync() -> None:
+            torch._foreach_copy_(runner_weights, learner_weights)
+
+        minimum = self.config.min_sample_timesteps_per_iteration or 0
+        sampled = 0
+        while True:
+            sampled += self._round(runner.sample, update, sync, sampled)
+            if sampled >= minimum:
+                break
+        self.metrics.aggregate([runner.get_metrics()], key=ENV_RUNNER_RESULTS)
+        if updated:
+            self.metrics.aggregate([learner.metrics.reduce()], key=LEARNER_RESULTS)
+
+    def _sample_from_runners(self) -> list[Any]:
+        episodes, env_runner_results = cast(Any, synchronous_parallel_sample)(
+            worker_set=self.env_runner_group,
+            concat=True,
+            sample_timeout_s=self.config.sample_timeout_s,
+            _uses_new_env_runners=True,
+            _return_metrics=True,
+        )
+        self.metrics.aggregate(env_runner_results, key=ENV_RUNNER_RESULTS)
+        return episodes
+
+    def _update_learner_group(
+        self, batch: MultiAgentBatch, minibatch_size: int | None, timesteps: dict[str, Any]
+    ) -> np.ndarray:
+        learner_results = self.learner_group.update(
+            batch=batch, minibatch_size=minibatch_size, num_epochs=1, timesteps=timesteps
+        )
+        # TD errors are per sample: popped before the results are logged.
+        td_errors: list[np.ndarray] = []
+        for result in learner_results:
+            module_results = result.get(DEFAULT_MODULE_ID, {})
+            if TD_ERROR_KEY in module_results:
+                td_errors.extend(convert_to_numpy(module_results.pop(TD_ERROR_KEY).peek()))
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        return np.concatenate(td_errors) if td_errors else np.zeros(0, dtype=np.float32)
+
+    def _sync_runners(self) -> None:
+        self.env_runner_group.sync_weights(
+            from_worker_or_learner_group=self.learner_group,
+            policies={DEFAULT_MODULE_ID},
+            global_vars=None,
+            inference_only=True,
+        )
+
+    def _round(self, sample: Any, update: Any, sync: Any, sampled_this_step: int = 0) -> int:
+        """One round of DQN's training step: sample and store, then (once learning has started)
+        replay and update, then weights to the runners. Returns the env steps it sampled."""
         config = self.config
         store_weight, sample_and_train_weight = (int(w) for w in calculate_rr_weights(config))
+        before = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        sampled = 0
         for _ in range(store_weight):
             with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-                episodes, env_runner_results = cast(Any, synchronous_parallel_sample)(
-                    worker_set=self.env_runner_group,
-                    concat=True,
-                    sample_timeout_s=config.sample_timeout_s,
-                    _uses_new_env_runners=True,
-                    _return_metrics=True,
-                )
-            self.metrics.aggregate(env_runner_results, key=ENV_RUNNER_RESULTS)
+                episodes = sample()
             with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
                 self.local_replay_buffer.add(episodes)
-
-        sampled = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
-        if sampled < config.num_steps_sampled_before_learning_starts:
-            return
+            sampled += sum(len(episode) for episode in episodes)
+        # The lifetime count in the metrics lags by the steps of this training step's earlier
+        # rounds when their runner metrics are collected at its end.
+        lifetime = before + sampled_this_step + sampled
+        if lifetime < config.num_steps_sampled_before_learning_starts:
+            return sampled
         # Uniform replay (alpha 0): the buffer does not change between the updates of a round, so
         # drawing all their minibatches up front is the same draw, and one learner call runs them
         # in turn (one batch conversion and metrics reduce per round instead of per update).
@@ -365,6 +452,12 @@ class _ArrayReplayTrainingStep:
         uniform = self.local_replay_buffer.alpha == 0
         rounds, updates_per_round = (1, sample_and_train_weight) if uniform else (sample_and_train_weight, 1)
         minibatch = config.total_train_batch_size
+        timesteps = {
+            NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime,
+            NUM_AGENT_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                (ENV_RUNNER_RESULTS, NUM_AGENT_STEPS_SAMPLED_LIFETIME), default=0
+            ),
+        }
         for _ in range(rounds):
             with self.metrics.log_time((TIMERS, REPLAY_BUFFER_SAMPLE_TIMER)):
                 columns = self.local_replay_buffer.sample_batch(
@@ -377,50 +470,27 @@ class _ArrayReplayTrainingStep:
                     self.metrics.log_value((REPLAY_BUFFER_RESULTS, name), value, reduce="max", window=1)
             with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
                 size = len(columns[Columns.REWARDS])
-                learner_results = self.learner_group.update(
-                    batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=size),
-                    minibatch_size=minibatch if updates_per_round > 1 else None,
-                    num_epochs=1,
-                    timesteps={
-                        NUM_ENV_STEPS_SAMPLED_LIFETIME: sampled,
-                        NUM_AGENT_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
-                            (ENV_RUNNER_RESULTS, NUM_AGENT_STEPS_SAMPLED_LIFETIME)
-                        ),
-                    },
+                td_errors = update(
+                    MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=size),
+                    minibatch if updates_per_round > 1 else None,
+                    timesteps,
                 )
-                # TD errors are per sample: popped before the results are logged.
-                td_errors: dict[Any, list[np.ndarray]] = defaultdict(list)
-                for result in learner_results:
-                    for module_id, module_results in result.items():
-                        if TD_ERROR_KEY in module_results:
-                            td_errors[module_id].extend(
-                                convert_to_numpy(module_results.pop(TD_ERROR_KEY).peek())
-                            )
-                self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
             if not uniform:
                 with self.metrics.log_time((TIMERS, REPLAY_BUFFER_UPDATE_PRIOS_TIMER)):
-                    self.local_replay_buffer.update_priorities(np.concatenate(td_errors[DEFAULT_MODULE_ID]))
-
+                    self.local_replay_buffer.update_priorities(td_errors)
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            if self.env_runner_group.num_remote_workers() == 0 and self.learner_group.is_local:
-                # Learner and runner share this process: copy in place, without RLlib's
-                # state dicts and object-store put (a tenth of a SAC step at one update per step).
-                self.learner_group.foreach_learner(copy_weights, runner_module=self.env_runner.module)
-            else:
-                self.env_runner_group.sync_weights(
-                    from_worker_or_learner_group=self.learner_group,
-                    policies={DEFAULT_MODULE_ID},
-                    global_vars=None,
-                    inference_only=True,
-                )
+            sync()
+        return sampled
 
 
-def copy_weights(learner: Any, runner_module: Any) -> None:
-    """Copy the learner's module weights into ``runner_module`` (its inference-only twin) in place."""
-    source = learner.module[DEFAULT_MODULE_ID].state_dict()
-    with torch.no_grad():
-        for name, tensor in runner_module.state_dict().items():
-            tensor.copy_(source[name])
+def matching_weights(
+    runner_module: Any, learner_module: Any
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The runner module's tensors (its inference-only twin) and the learner module's of the same
+    names, in one order, for an in-place copy."""
+    source = learner_module.state_dict()
+    targets = runner_module.state_dict()
+    return list(targets.values()), [source[name] for name in targets]
 
 
 class ArrayReplayDQN(_ArrayReplayTrainingStep, DQN):

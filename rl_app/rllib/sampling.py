@@ -203,8 +203,10 @@ class FastEnvRunner(RLAppEnvRunner):
         self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
     ) -> list[Any]:
         module: Any = self.module
-        was_training = module.training
-        module.eval()  # RLlib's forward_* switch it on every step: a walk over all layers, twice
+        if module.training:
+            # The runner's module only infers. RLlib's forward_* switch it to eval mode and back on
+            # every call (a walk over all layers, twice); it stays in eval mode instead.
+            module.eval()
         # A call allocates thousands of small objects that all live until it returns (episodes, their
         # buffers, info dicts); the collector would walk them, and the whole heap, again and again
         # (a quarter of the time at 256 CartPole envs). It runs once the call is over.
@@ -215,8 +217,6 @@ class FastEnvRunner(RLAppEnvRunner):
         finally:
             if collecting:
                 gc.enable()
-            if was_training:
-                module.train()
 
     def _sample_in_eval_mode(
         self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool

@@ -1,0 +1,198 @@
+"""RLlib's PPO, DQN and SAC torch learners with a gradient step's per-tensor bookkeeping done in a few ops.
+
+Small models updated often (SAC at one update per env step, PPO's minibatches) spend much of an
+update around the torch math. Here, registered through ``AlgorithmConfig.learners(learner_class=...)``:
+
+- the optimizers RLlib builds as plain Adams are the same Adams with torch's fused kernel (one op
+  per step instead of a dozen per parameter tensor);
+- one multi-tensor norm answers "all gradients finite?" where RLlib 2.60's
+  ``TorchLearner.apply_gradients`` checks every tensor, each a reduction and a host sync (any
+  nan/inf, or an overflowing norm, hands the step to RLlib's own path, so what happens then is
+  RLlib's);
+- DQN and SAC Polyak-average their target networks with the same arithmetic
+  (``tau * main + (1 - tau) * target``) as three multi-tensor ops over tensors listed once, where
+  RLlib goes through state dicts and ``load_state_dict``;
+- SAC runs one backward pass per update where RLlib runs four (see :class:`BatchedStepSACLearner`).
+
+Every update is bit-equal to RLlib's learner's (tests/test_offpolicy.py, tests/test_learners.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import torch
+from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
+from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
+from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+from ray.rllib.algorithms.sac.torch.sac_torch_learner import SACTorchLearner
+from ray.rllib.core.learner.utils import update_target_network
+from ray.rllib.core.rl_module.apis import TargetNetworkAPI
+from ray.rllib.utils.metrics import LAST_TARGET_UPDATE_TS, NUM_ENV_STEPS_SAMPLED_LIFETIME, NUM_TARGET_UPDATES
+from ray.rllib.utils.torch_utils import clip_gradients as rllib_clip_gradients
+
+
+def polyak_average_tensors(mains: list[torch.Tensor], targets: list[torch.Tensor], tau: float) -> None:
+    """``target = tau * main + (1 - tau) * target`` for each pair of floating-point tensors (a main
+    net's and its target copy's, listed in the same order)."""
+    with torch.no_grad():
+        scaled_main = torch._foreach_mul(mains, tau)
+        torch._foreach_mul_(targets, 1 - tau)
+        torch._foreach_add_(targets, scaled_main)
+
+
+def _target_tensors(module: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+    """All (main, target) tensors of ``module``'s target-network pairs, or None where a target
+    holds a non-float tensor (RLlib's own update then)."""
+    mains: list[torch.Tensor] = []
+    targets: list[torch.Tensor] = []
+    for main_net, target_net in module.get_target_network_pairs():
+        mains += [*main_net.parameters(), *main_net.buffers()]
+        targets += [*target_net.parameters(), *target_net.buffers()]
+    if not all(tensor.is_floating_point() for tensor in targets):
+        return None
+    return mains, targets
+
+
+class _BatchedStepMixin:
+    """Fused Adams and one finiteness check, for RLlib's torch learners (see the module docstring)."""
+
+    config: Any
+    metrics: Any
+    module: Any
+    _params: dict[Any, torch.Tensor]
+    _module_optimizers: dict[str, list[str]]
+    _grad_scalers: Any
+    _lr_scheduler_classes: Any
+
+    def register_optimizer(self, *, optimizer: torch.optim.Optimizer, **kwargs: Any) -> None:
+        # RLlib builds these learners' optimizers as plain Adams: the same Adam with torch's fused
+        # kernel takes one op per step instead of a dozen per parameter tensor.
+        if type(optimizer) is torch.optim.Adam and not optimizer.state and _fusable(optimizer):
+            optimizer = torch.optim.Adam(
+                [param for group in optimizer.param_groups for param in group["params"]],
+                **{**optimizer.defaults, "foreach": None, "fused": True},
+            )
+        super().register_optimizer(optimizer=optimizer, **kwargs)  # type: ignore[misc]
+
+    def _get_clip_function(self) -> Any:
+        return clip_gradients
+
+    def apply_gradients(self, gradients_dict: dict[Any, torch.Tensor]) -> None:
+        gradients = list(gradients_dict.values())
+        special = self._grad_scalers is not None or self._lr_scheduler_classes is not None
+        if special or not gradients or any(g is None for g in gradients) or not all_finite(gradients):
+            return super().apply_gradients(gradients_dict)  # type: ignore[misc]
+        for pid, gradient in gradients_dict.items():
+            self._params[pid].grad = gradient
+        for module_id, optimizer_names in self._module_optimizers.items():
+            for optimizer_name in optimizer_names:
+                self.get_optimizer(module_id, optimizer_name).step()  # type: ignore[attr-defined]
+        return None
+
+
+class _TargetAverageMixin(_BatchedStepMixin):
+    """DQN's and SAC's target-network average in multi-tensor ops (see the module docstring)."""
+
+    last_update_ts_by_mid: Any
+
+    def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        # DQNLearner's (RLlib 2.60) with polyak_average_tensors for its update_target_network.
+        super(DQNLearner, self).after_gradient_based_update(timesteps=timesteps)  # type: ignore[misc]
+        timestep = timesteps.get(NUM_ENV_STEPS_SAMPLED_LIFETIME, 0)
+        for module_id, module in self.module._rl_modules.items():
+            config = self.config.get_config_for_module(module_id)
+            unwrapped = module.unwrapped()
+            if timestep - self.last_update_ts_by_mid[module_id] < config.target_network_update_freq:
+                continue
+            if not isinstance(unwrapped, TargetNetworkAPI):
+                continue
+            # The module's tensors, listed once (a walk over both nets' layers per update otherwise).
+            cache = self.__dict__.setdefault("_target_tensors", {})
+            if module_id not in cache or cache[module_id][0] is not unwrapped:
+                cache[module_id] = (unwrapped, _target_tensors(unwrapped))
+            tensors = cache[module_id][1]
+            if tensors is None:
+                for main_net, target_net in unwrapped.get_target_network_pairs():
+                    update_target_network(main_net=main_net, target_net=target_net, tau=config.tau)
+            else:
+                polyak_average_tensors(*tensors, config.tau)
+            self.metrics.log_value((module_id, NUM_TARGET_UPDATES), 1, reduce="lifetime_sum")
+            self.last_update_ts_by_mid[module_id] = timestep
+            self.metrics.log_value((module_id, LAST_TARGET_UPDATE_TS), timestep, reduce="max")
+
+
+def clip_gradients(gradients_dict: dict[Any, torch.Tensor], *, grad_clip: float, grad_clip_by: str) -> Any:
+    """RLlib's ``clip_gradients`` (2.60), its global-norm case in multi-tensor ops: the same
+    per-tensor norms (overflow read as 1e9), their norm, and one in-place scale of every gradient."""
+    gradients = [g for g in gradients_dict.values() if g is not None]
+    if grad_clip_by != "global_norm" or not gradients:
+        return rllib_clip_gradients(gradients_dict, grad_clip=grad_clip, grad_clip_by=grad_clip_by)
+    norms = torch.stack(torch._foreach_norm([g.detach() for g in gradients], 2.0))
+    total_norm = torch.norm(norms.nan_to_num(neginf=-10e8, posinf=10e8), 2.0).nan_to_num(
+        neginf=-10e8, posinf=10e8
+    )
+    clip_coeff = torch.clamp(grad_clip / torch.clamp(total_norm + 1e-6, min=grad_clip), max=1.0)
+    torch._foreach_mul_([g.detach() for g in gradients], clip_coeff)
+    return total_norm
+
+
+def _fusable(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether torch's fused Adam takes ``optimizer``'s place: one param group of float32 CPU tensors
+    (the fused kernel's own requirements), no differentiable or capturable mode."""
+    groups = optimizer.param_groups
+    defaults = optimizer.defaults
+    return (
+        len(groups) == 1
+        and not defaults.get("differentiable")
+        and not defaults.get("capturable")
+        and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in groups[0]["params"])
+    )
+
+
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every element is finite, in one host sync: a norm is finite only if its elements are
+    (a finite tensor whose norm overflows reads as not finite, and RLlib's path then decides)."""
+    return bool(torch.stack(torch._foreach_norm(tensors)).isfinite().all())
+
+
+class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
+    """RLlib's PPO torch learner with the batched gradient-step bookkeeping."""
+
+
+class BatchedStepDQNLearner(_TargetAverageMixin, DQNTorchLearner):
+    """RLlib's DQN torch learner with the batched gradient-step bookkeeping."""
+
+
+class BatchedStepSACLearner(_TargetAverageMixin, SACTorchLearner):  # type: ignore[misc]
+    """RLlib's SAC torch learner with the batched gradient-step bookkeeping and one backward pass
+    per update where RLlib runs four.
+
+    SAC's four losses (actor, critic, twin critic, log-alpha) reach disjoint parameters: each loss
+    sees the others' parameters only detached (alpha, the next-state terms) or frozen (the critics
+    under the actor's loss). So one backward of their sum (RLlib's ``total_loss``) leaves on every
+    parameter the gradient that RLlib's four ``retain_graph`` backwards, one per optimizer, leave
+    on it. The forward is RLlib's module ``_forward_train`` without the per-call walk over every
+    layer that ``forward_train``'s ``train()`` makes (the module is put in train mode once).
+    """
+
+    def _uncompiled_update(self, batch: dict[Any, Any], **kwargs: Any) -> Any:
+        config = self.config
+        # Clipping and gradient logging post-process per optimizer: RLlib's path for those.
+        special = self._grad_scalers is not None or config.num_learners > 1
+        if special or config.grad_clip or config.log_gradients:
+            return super()._uncompiled_update(batch, **kwargs)
+        self._compute_off_policyness(batch)
+        fwd_out = {}
+        for module_id, module_batch in batch.items():
+            module = self.module[module_id]
+            if not module.training:
+                module.train()
+            fwd_out[module_id] = module._forward_train(module_batch)
+        loss_per_module = self.compute_losses(fwd_out=fwd_out, batch=batch)
+        self._temp_losses.clear()  # the per-optimizer losses RLlib's compute_gradients would pop
+        for optimizer in self._optimizer_parameters:
+            optimizer.zero_grad(set_to_none=True)
+        cast(torch.Tensor, sum(loss_per_module.values())).backward()
+        self.apply_gradients({pid: param.grad for pid, param in self._params.items()})
+        return fwd_out, loss_per_module, {}
