@@ -75,6 +75,25 @@ class _BatchedStepMixin:
             )
         super().register_optimizer(optimizer=optimizer, **kwargs)  # type: ignore[misc]
 
+    def _uncompiled_update(self, batch: dict[Any, Any], **kwargs: Any) -> Any:
+        # TorchLearner's (RLlib 2.60), with each module's _forward_train called directly: the
+        # module's forward_train switches it to train mode on every call, a walk over all layers.
+        if self.config.num_learners > 1:  # DDP's no_sync context: RLlib's path
+            return super()._uncompiled_update(batch, **kwargs)  # type: ignore[misc]
+        self._compute_off_policyness(batch)  # type: ignore[attr-defined]
+        fwd_out = {}
+        for module_id, module_batch in batch.items():
+            if module_id not in self.module:
+                continue
+            module = self.module[module_id]
+            if not module.training:
+                module.train()
+            fwd_out[module_id] = module._forward_train(module_batch)
+        loss_per_module = self.compute_losses(fwd_out=fwd_out, batch=batch)  # type: ignore[attr-defined]
+        gradients = self.compute_gradients(loss_per_module)  # type: ignore[attr-defined]
+        self.apply_gradients(self.postprocess_gradients(gradients))  # type: ignore[attr-defined]
+        return fwd_out, loss_per_module, {}
+
     def _get_clip_function(self) -> Any:
         return clip_gradients
 
@@ -116,7 +135,8 @@ class _TargetAverageMixin(_BatchedStepMixin):
                 for main_net, target_net in unwrapped.get_target_network_pairs():
                     update_target_network(main_net=main_net, target_net=target_net, tau=config.tau)
             else:
-                polyak_average_tensors(*tensors, config.tau)
+                mains, targets = tensors
+                polyak_average_tensors(mains, targets, config.tau)
             self.metrics.log_value((module_id, NUM_TARGET_UPDATES), 1, reduce="lifetime_sum")
             self.last_update_ts_by_mid[module_id] = timestep
             self.metrics.log_value((module_id, LAST_TARGET_UPDATE_TS), timestep, reduce="max")
@@ -172,27 +192,14 @@ class BatchedStepSACLearner(_TargetAverageMixin, SACTorchLearner):  # type: igno
     sees the others' parameters only detached (alpha, the next-state terms) or frozen (the critics
     under the actor's loss). So one backward of their sum (RLlib's ``total_loss``) leaves on every
     parameter the gradient that RLlib's four ``retain_graph`` backwards, one per optimizer, leave
-    on it. The forward is RLlib's module ``_forward_train`` without the per-call walk over every
-    layer that ``forward_train``'s ``train()`` makes (the module is put in train mode once).
+    on it.
     """
 
-    def _uncompiled_update(self, batch: dict[Any, Any], **kwargs: Any) -> Any:
-        config = self.config
-        # Clipping and gradient logging post-process per optimizer: RLlib's path for those.
-        special = self._grad_scalers is not None or config.num_learners > 1
-        if special or config.grad_clip or config.log_gradients:
-            return super()._uncompiled_update(batch, **kwargs)
-        self._compute_off_policyness(batch)
-        fwd_out = {}
-        for module_id, module_batch in batch.items():
-            module = self.module[module_id]
-            if not module.training:
-                module.train()
-            fwd_out[module_id] = module._forward_train(module_batch)
-        loss_per_module = self.compute_losses(fwd_out=fwd_out, batch=batch)
+    def compute_gradients(self, loss_per_module: Any, **kwargs: Any) -> Any:
+        if self._grad_scalers is not None or self.config.num_learners > 1:
+            return super().compute_gradients(loss_per_module, **kwargs)
         self._temp_losses.clear()  # the per-optimizer losses RLlib's compute_gradients would pop
         for optimizer in self._optimizer_parameters:
             optimizer.zero_grad(set_to_none=True)
         cast(torch.Tensor, sum(loss_per_module.values())).backward()
-        self.apply_gradients({pid: param.grad for pid, param in self._params.items()})
-        return fwd_out, loss_per_module, {}
+        return {pid: param.grad for pid, param in self._params.items()}
