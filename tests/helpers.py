@@ -59,3 +59,8 @@ def rllib_actions(checkpoint: Path, obs: np.ndarray) -> np.ndarray:
         dist = module.get_inference_action_dist_cls().from_logits(out["action_dist_inputs"])
         actions = dist.to_deterministic().sample().numpy()
     return unsquash_action(actions, module.action_space) if actions.dtype.kind == "f" else actions
+
+
+def unfused(learner_class: type) -> type:
+    """Our ``learner_class`` with RLlib's plain Adam kept (the fused one can round differently)."""
+    return type(f"Unfused{learner_class.__name__}", (learner_class,), {"fused_adam": False})

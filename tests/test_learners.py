@@ -1,5 +1,6 @@
 """Our PPO learner (fused Adam, one finiteness check, multi-tensor gradient clipping) against
-RLlib's: the same state and episodes give bit-equal weights."""
+RLlib's: the same state and episodes give bit-equal weights (equal to rounding with the fused
+Adam)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import unfused
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
@@ -41,7 +43,8 @@ def test_global_norm_clipping_is_rllibs(scale: float) -> None:
 
 def test_ppo_learner_updates_exactly_as_rllibs() -> None:
     """ppo_cartpole (gradient clipping at 0.5): our learner and RLlib's PPO torch learner from the
-    same state over the same episodes, minibatches shuffled alike, end with bit-equal weights."""
+    same state over the same episodes, minibatches shuffled alike, end with bit-equal weights with
+    RLlib's Adam kept, and equal to rounding with the fused one."""
     loaded = load_experiment("ppo_cartpole", ("env_runners.num_envs_per_env_runner=4",))
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     assert config.learner_class is BatchedStepPPOLearner
@@ -50,11 +53,17 @@ def test_ppo_learner_updates_exactly_as_rllibs() -> None:
     spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
     ours = config.build_learner(spaces=spaces)
     assert all(optimizer.defaults["fused"] for optimizer in ours._named_optimizers.values())
-    theirs = config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
-    theirs.set_state(ours.get_state())
+    theirs = (
+        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
+    )
+    exact = config.copy(copy_frozen=False).learners(learner_class=unfused(BatchedStepPPOLearner))
+    ours_unfused = exact.build_learner(spaces=spaces)
+    assert not any(optimizer.defaults["fused"] for optimizer in ours_unfused._named_optimizers.values())
+    for learner in (theirs, ours_unfused):
+        learner.set_state(ours.get_state())
     before = {k: t.clone() for k, t in ours.module[DEFAULT_MODULE_ID].state_dict().items()}
     norms = []
-    for learner in (ours, theirs):
+    for learner in (ours_unfused, theirs, ours):
         np.random.seed(0)  # the minibatch shuffle
         results = learner.update(
             episodes=copy.deepcopy(episodes),  # RLlib's learner connector extends them in place
@@ -64,9 +73,12 @@ def test_ppo_learner_updates_exactly_as_rllibs() -> None:
             shuffle_batch_per_epoch=True,
         )
         norms.append(results[DEFAULT_MODULE_ID]["gradients_default_optimizer_global_norm"].peek())
-    mine, reference = (learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours, theirs))
+    mine, reference, fused = (
+        learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours_unfused, theirs, ours)
+    )
     assert any(not torch.equal(before[k], mine[k]) for k in before)  # it did learn
     for key, tensor in mine.items():
         torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key)
+        torch.testing.assert_close(fused[key], reference[key], rtol=1e-5, atol=1e-6, msg=key)
     assert norms[0] == norms[1]
     env.close()

@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import unfused
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import PrioritizedEpisodeReplayBuffer
@@ -289,10 +290,10 @@ def test_the_local_runner_acts_with_the_learners_weights_after_each_update(ray_s
 
 @pytest.mark.parametrize("name", ["sac_pendulum", "dqn_cartpole"])
 def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
-    """The same state and batches through RLlib's torch learner and ours (fused Adams, one
-    finiteness check for all gradients, the target average as multi-tensor ops, SAC's one backward
-    pass): bit-equal weights, targets included, and a step with a nan gradient handed to RLlib's
-    own handling."""
+    """The same state and batches through RLlib's torch learner and ours (one finiteness check for
+    all gradients, the target average as multi-tensor ops, SAC's one backward pass): bit-equal
+    weights, targets included, with RLlib's Adam kept (equal to rounding with the fused one), and a
+    step with a nan gradient handed to RLlib's own handling."""
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     from rl_app.rllib.learners import BatchedStepDQNLearner, BatchedStepSACLearner, all_finite
@@ -310,24 +311,33 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     rllib_class = rllib_learner_class(ours)
     assert all(optimizer.defaults["fused"] for optimizer in ours._named_optimizers.values())
     theirs = config.copy(copy_frozen=False).learners(learner_class=rllib_class).build_learner(spaces=spaces)
-    theirs.set_state(ours.get_state())
+    exact = (
+        config.copy(copy_frozen=False)
+        .learners(learner_class=unfused(type(ours)))
+        .build_learner(spaces=spaces)
+    )
+    for learner in (theirs, exact):
+        learner.set_state(ours.get_state())
     for step in range(1, 4):  # every step syncs the targets (SAC: tau 0.005; DQN: a full copy)
         columns = buffer.sample_batch(32, n_step=1, gamma=0.99)
         batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, 32)
         timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: step * 10_000}
-        for learner in (ours, theirs):
+        for learner in (exact, theirs, ours):
             torch.manual_seed(step)  # SAC's loss samples actions
             learner.update(batch=batch, timesteps=timesteps)
-    mine, reference = (learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours, theirs))
+    mine, reference, fused = (
+        learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (exact, theirs, ours)
+    )
     assert any("target" in key for key in mine)
     for key, tensor in mine.items():
         torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key)
+        torch.testing.assert_close(fused[key], reference[key], rtol=1e-5, atol=1e-6, msg=key)
 
-    for learner in (ours, theirs):
+    for learner in (exact, theirs):
         poisoned = {pid: torch.ones_like(p) for pid, p in learner._params.items()}
         poisoned[next(iter(poisoned))][0] = float("nan")
         learner.apply_gradients(poisoned)
-    mine, reference = (learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours, theirs))
+    mine, reference = (learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (exact, theirs))
     for key, tensor in mine.items():
         torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key, equal_nan=True)
     env.close()
