@@ -151,15 +151,15 @@ class _TargetAverageMixin(_BatchedStepMixin):
 def clip_gradients(gradients_dict: dict[Any, torch.Tensor], *, grad_clip: float, grad_clip_by: str) -> Any:
     """RLlib's ``clip_gradients`` (2.60), its global-norm case in multi-tensor ops: the same
     per-tensor norms (overflow read as 1e9), their norm, and one in-place scale of every gradient."""
-    gradients = [g for g in gradients_dict.values() if g is not None]
+    gradients = [g.detach() for g in gradients_dict.values() if g is not None]
     if grad_clip_by != "global_norm" or not gradients:
         return rllib_clip_gradients(gradients_dict, grad_clip=grad_clip, grad_clip_by=grad_clip_by)
-    norms = torch.stack(torch._foreach_norm([g.detach() for g in gradients], 2.0))
+    norms = torch.stack(torch._foreach_norm(gradients, 2.0))
     total_norm = torch.norm(norms.nan_to_num(neginf=-10e8, posinf=10e8), 2.0).nan_to_num(
         neginf=-10e8, posinf=10e8
     )
     clip_coeff = torch.clamp(grad_clip / torch.clamp(total_norm + 1e-6, min=grad_clip), max=1.0)
-    torch._foreach_mul_([g.detach() for g in gradients], clip_coeff)
+    torch._foreach_mul_(gradients, clip_coeff)
     return total_norm
 
 

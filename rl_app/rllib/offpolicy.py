@@ -374,11 +374,10 @@ class _ArrayReplayTrainingStep:
             updated = True
             # Per-sample TD errors are read off (for the priorities) and not kept in the results.
             key = (DEFAULT_MODULE_ID, TD_ERROR_KEY)
-            td_errors = learner.metrics.peek(key, default=None, compile=False)
-            if not td_errors:
-                return np.zeros(0, dtype=np.float32)
-            learner.metrics.delete(*key)
-            return np.concatenate([convert_to_numpy(t) for t in td_errors])
+            td_errors = learner.metrics.peek(key, default=None, compile=False) or []
+            if td_errors:
+                learner.metrics.delete(*key)
+            return concatenated(td_errors)
 
         def sync() -> None:
             torch._foreach_copy_(runner_weights, learner_weights)
@@ -411,13 +410,13 @@ class _ArrayReplayTrainingStep:
             batch=batch, minibatch_size=minibatch_size, num_epochs=1, timesteps=timesteps
         )
         # TD errors are per sample: popped before the results are logged.
-        td_errors: list[np.ndarray] = []
+        td_errors: list[Any] = []
         for result in learner_results:
             module_results = result.get(DEFAULT_MODULE_ID, {})
             if TD_ERROR_KEY in module_results:
-                td_errors.extend(convert_to_numpy(module_results.pop(TD_ERROR_KEY).peek()))
+                td_errors.extend(module_results.pop(TD_ERROR_KEY).peek())
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
-        return np.concatenate(td_errors) if td_errors else np.zeros(0, dtype=np.float32)
+        return concatenated(td_errors)
 
     def _sync_runners(self) -> None:
         self.env_runner_group.sync_weights(
@@ -481,6 +480,14 @@ class _ArrayReplayTrainingStep:
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             sync()
         return sampled
+
+
+def concatenated(td_errors: list[Any]) -> np.ndarray:
+    """The per-sample TD errors an update logged (tensors or arrays, one per minibatch) as one
+    array, empty when it logged none (the priority update then refuses the mismatch)."""
+    if not td_errors:
+        return np.zeros(0, dtype=np.float32)
+    return np.concatenate([convert_to_numpy(t) for t in td_errors])
 
 
 def matching_weights(
