@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rl_app.cluster.session import shutdown_ray
+
 # ppo_cartpole overrides that make an iteration take well under a second.
 SMALL_PPO = [
     "training.train_batch_size_per_learner=400",
@@ -37,7 +39,7 @@ def local_ray(env: dict[str, str] | None = None) -> Iterator[None]:
     try:
         yield
     finally:
-        ray.shutdown()
+        shutdown_ray(local=True)
         for name, value in previous.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -210,6 +210,30 @@ def test_a_local_ray_keeps_a_bounded_task_history(monkeypatch: pytest.MonkeyPatc
     assert _task_events_cap() == {}
 
 
+SESSION_PROCESSES = """
+import gc
+import psutil
+from rl_app.cluster.session import _autoscaler_monitors, ray_session
+with ray_session():
+    monitors = len(_autoscaler_monitors())
+    started = psutil.Process().children(recursive=True)
+    frozen_inside = gc.get_freeze_count()
+running = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+print(monitors, len(started) > 3, len(running), frozen_inside > 100_000, gc.get_freeze_count(), gc.isenabled())
+"""
+
+
+def test_a_local_ray_session_stops_every_process_it_started_and_leaves_the_collector_as_it_was() -> None:
+    """The session kills Ray's autoscaler monitor itself (Ray's shutdown waits a second for
+    it), and freezes what the start imported only while it lasts."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    ran = subprocess.run(
+        [sys.executable, "-c", SESSION_PROCESSES], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["1", "True", "0", "True", "0", "True"]
+
+
 def test_short_iterations_print_a_line_a_second_and_every_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
     import math
