@@ -219,7 +219,8 @@ with ray_session():
     started = psutil.Process().children(recursive=True)
     frozen_inside = gc.get_freeze_count()
 running = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-print(monitors, len(started) > 3, len(running), frozen_inside > 100_000, gc.get_freeze_count(), gc.isenabled())
+frozen = (frozen_inside > 100_000, gc.get_freeze_count(), gc.isenabled())
+print(monitors, len(started) > 3, len(running), *frozen)
 """
 
 
