@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from rich.console import Console
@@ -238,3 +239,69 @@ def test_returns_in_the_native_envs_float32_are_read_as_numbers() -> None:
     result = {EVALUATION_RESULTS: {ENV_RUNNER_RESULTS: {EPISODE_RETURN_MEAN: np.float32(487.5)}}}
     assert evaluation_return(result) == 487.5
     assert np.isnan(evaluation_return({EVALUATION_RESULTS: {ENV_RUNNER_RESULTS: {}}}))
+
+
+@pytest.mark.parametrize(
+    "spaces",
+    [
+        (gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2)),
+        (gym.spaces.Box(0, 255, (2, 3), np.uint8), gym.spaces.Box(-2.0, 2.0, (1,), np.float32)),
+    ],
+)
+def test_episodes_made_from_arrays_are_the_constructors_attribute_for_attribute(spaces: tuple) -> None:
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from rl_app.rllib.sampling import ArrayEpisodes
+
+    observation_space, action_space = spaces
+    rng = np.random.default_rng(0)
+    columns = {
+        "observations": np.stack([observation_space.sample() for _ in range(4)]),
+        "actions": np.stack([action_space.sample() for _ in range(3)]),
+        "rewards": rng.normal(size=3).astype(np.float32),
+        "infos": [{}, {"a": 1}, {}, {"b": 2}],
+        "extra_model_outputs": {"action_logp": rng.normal(size=3).astype(np.float32), "seq": np.full(3, 7)},
+    }
+    maker = ArrayEpisodes(observation_space, action_space)
+    assert maker.fits  # RLlib's classes are the ones it knows: the fast path is taken
+    made = maker.make(**columns, terminated=False, truncated=True)
+    built = SingleAgentEpisode(
+        **columns,
+        observation_space=observation_space,
+        action_space=action_space,
+        terminated=False,
+        truncated=True,
+        len_lookback_buffer=0,
+    )
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(b, np.ndarray):
+            return a.dtype == b.dtype and np.array_equal(a, b)
+        if isinstance(b, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in b)
+        if hasattr(b, "__dict__") and not isinstance(b, gym.Space):
+            return type(a) is type(b) and same(vars(a), vars(b))
+        return bool(a == b)
+
+    for name in SingleAgentEpisode.__slots__:
+        if name != "id_":
+            assert same(getattr(made, name), getattr(built, name)), name
+    assert made.id_ != maker.make(**columns, terminated=False, truncated=True).id_
+    assert made.extra_model_outputs is not built.extra_model_outputs
+    made.validate()
+    assert len(made) == 3 and made.is_done and made.is_numpy
+    assert same(made.get_observations(-1), built.get_observations(-1))
+
+
+def test_episodes_of_an_unknown_layout_come_from_rllibs_constructor(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from rl_app.rllib.sampling import ArrayEpisodes
+
+    monkeypatch.setattr(ArrayEpisodes, "SHARED", (*ArrayEpisodes.SHARED, "a_slot_of_another_ray"))
+    maker = ArrayEpisodes(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2))
+    assert not maker.fits
+    observations = np.zeros((3, 4), np.float32)
+    episode = maker.make(observations, np.array([0, 1]), np.ones(2), [{}] * 3, {}, True, False)
+    assert isinstance(episode, SingleAgentEpisode) and len(episode) == 2 and episode.is_terminated
+    assert episode.observations.data is observations  # the constructor keeps the array it was given
