@@ -145,6 +145,36 @@ def test_draws_follow_the_priorities() -> None:
     )
 
 
+@pytest.mark.parametrize("capacity", [1, 7, 1000, 1 << 16])
+def test_every_tree_node_is_its_childrens_sum_and_min_after_batched_and_single_sets(capacity: int) -> None:
+    from rl_app.rllib.offpolicy import _SegmentTree
+
+    rng = np.random.default_rng(capacity)
+    trees = {
+        np.add: _SegmentTree(capacity, np.add, 0.0),
+        np.minimum: _SegmentTree(capacity, np.minimum, np.inf),
+    }
+    leaves = {np.add: np.zeros(trees[np.add].leaves), np.minimum: np.full(trees[np.add].leaves, np.inf)}
+    for call in range(60):
+        if call % 3 == 0:  # one step, as a single-env add
+            slots = rng.integers(0, capacity, 1)
+        elif call % 3 == 1:  # a contiguous run that may wrap, as a chunk's add
+            slots = (rng.integers(0, capacity) + np.arange(min(capacity, 40))) % capacity
+        else:  # scattered distinct slots, as a priority update
+            slots = np.unique(rng.integers(0, capacity, 50))
+        values = rng.random(len(slots))
+        for reduce, tree in trees.items():
+            tree.set(slots, values)
+            leaves[reduce][slots] = values
+    for reduce, tree in trees.items():
+        n = tree.leaves
+        np.testing.assert_array_equal(tree.nodes[n:], leaves[reduce])
+        inner = np.arange(1, n)
+        np.testing.assert_array_equal(
+            tree.nodes[inner], reduce(tree.nodes[2 * inner], tree.nodes[2 * inner + 1])
+        )
+
+
 @pytest.mark.parametrize(
     ("experiment", "env_id", "calls"),
     [("dqn_cartpole", "CartPole-v1", 6), ("sac_pendulum", "Pendulum-v1", 25)],  # Pendulum: truncations

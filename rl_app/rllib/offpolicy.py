@@ -48,7 +48,6 @@ from ray.rllib.utils.metrics import (
     TD_ERROR_KEY,
     TIMERS,
 )
-from ray.rllib.utils.numpy import convert_to_numpy
 
 from rl_app.rllib.learners import BatchedStepDQNLearner, BatchedStepSACLearner
 
@@ -67,12 +66,19 @@ class _SegmentTree:
         self._reduce = reduce
 
     def set(self, index: np.ndarray, value: np.ndarray | float) -> None:
+        nodes, reduce = self.nodes, self._reduce
         node = np.asarray(index, dtype=np.int64) + self.leaves
-        self.nodes[node] = value
-        node = np.unique(node // 2)
-        while node[0] >= 1:
-            self.nodes[node] = self._reduce(self.nodes[2 * node], self.nodes[2 * node + 1])
-            node = np.unique(node // 2)
+        nodes[node] = value
+        node = np.unique(node // 2)  # sorted: the parents of a level are sorted too
+        while len(node) > 1:
+            nodes[node] = reduce(nodes[2 * node], nodes[2 * node + 1])
+            parents = node // 2
+            node = parents[np.r_[True, parents[1:] != parents[:-1]]]
+        # One path left to the root (all of it for a single step's add): scalar steps, not array ops.
+        i = int(node[0])
+        while i >= 1:
+            nodes[i] = reduce(nodes[2 * i], nodes[2 * i + 1])
+            i //= 2
 
     @property
     def root(self) -> float:
@@ -360,13 +366,11 @@ class _ArrayReplayTrainingStep:
         runner_weights, learner_weights = matching_weights(runner.module, learner.module[DEFAULT_MODULE_ID])
         updated = False
 
-        def update(
-            batch: MultiAgentBatch, minibatch_size: int | None, timesteps: dict[str, Any]
-        ) -> np.ndarray:
+        def update(batch: MultiAgentBatch, minibatch: int | None, timesteps: dict[str, Any]) -> list[Any]:
             nonlocal updated
             learner.update(
                 batch=batch,
-                minibatch_size=minibatch_size,
+                minibatch_size=minibatch,
                 num_epochs=1,
                 timesteps=timesteps,
                 _no_metrics_reduce=True,
@@ -377,7 +381,7 @@ class _ArrayReplayTrainingStep:
             td_errors = learner.metrics.peek(key, default=None, compile=False) or []
             if td_errors:
                 learner.metrics.delete(*key)
-            return concatenated(td_errors)
+            return td_errors
 
         def sync() -> None:
             torch._foreach_copy_(runner_weights, learner_weights)
@@ -405,7 +409,7 @@ class _ArrayReplayTrainingStep:
 
     def _update_learner_group(
         self, batch: MultiAgentBatch, minibatch_size: int | None, timesteps: dict[str, Any]
-    ) -> np.ndarray:
+    ) -> list[Any]:
         learner_results = self.learner_group.update(
             batch=batch, minibatch_size=minibatch_size, num_epochs=1, timesteps=timesteps
         )
@@ -416,7 +420,7 @@ class _ArrayReplayTrainingStep:
             if TD_ERROR_KEY in module_results:
                 td_errors.extend(module_results.pop(TD_ERROR_KEY).peek())
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
-        return concatenated(td_errors)
+        return td_errors
 
     def _sync_runners(self) -> None:
         self.env_runner_group.sync_weights(
@@ -476,7 +480,7 @@ class _ArrayReplayTrainingStep:
                 )
             if not uniform:
                 with self.metrics.log_time((TIMERS, REPLAY_BUFFER_UPDATE_PRIOS_TIMER)):
-                    self.local_replay_buffer.update_priorities(td_errors)
+                    self.local_replay_buffer.update_priorities(concatenated(td_errors))
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             sync()
         return sampled
@@ -487,7 +491,11 @@ def concatenated(td_errors: list[Any]) -> np.ndarray:
     array, empty when it logged none (the priority update then refuses the mismatch)."""
     if not td_errors:
         return np.zeros(0, dtype=np.float32)
-    return np.concatenate([convert_to_numpy(t) for t in td_errors])
+    # RLlib's metrics hand them back as lists of floats: np.asarray takes those in one call
+    # where convert_to_numpy maps over every float.
+    return np.concatenate(
+        [t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in td_errors]
+    )
 
 
 def matching_weights(
