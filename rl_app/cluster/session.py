@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from rl_app.errors import UserError, first_line
 from rl_app.library_logs import capture_library_logs
@@ -58,8 +59,8 @@ def _collector_paused() -> Iterator[None]:
     gc.disable()
     try:
         yield
-    finally:
         gc.freeze()
+    finally:
         if enabled:
             gc.enable()
 
@@ -94,35 +95,14 @@ def ray_session(
     if not verbose:
         capture_library_logs()
 
-    from rl_app.cluster.resources import local_cpu_count, local_gpu_count
+    from rl_app.cluster.resources import local_gpu_count
 
     with _collector_paused():
         preloading = _import_in_background(("torch", *preload))
-
         address = address or os.environ.get("RAY_ADDRESS") or None
         owned = not ray.is_initialized()
         if owned:
-            if address:
-                try:
-                    ray.init(
-                        address=address,
-                        log_to_driver=verbose,
-                        logging_level=logging.WARNING if verbose else logging.ERROR,
-                    )
-                except (ConnectionError, RuntimeError, ValueError) as exc:
-                    raise UserError(
-                        f"cannot connect to Ray at {address}: {first_line(exc, default='')}"
-                    ) from None
-            else:
-                # GPUs are left to Ray's own detection (torch is still importing); the
-                # count below is capped at what torch can use.
-                ray.init(
-                    num_cpus=local_cpu_count(),
-                    include_dashboard=False,
-                    log_to_driver=verbose,
-                    logging_level=logging.WARNING if verbose else logging.ERROR,
-                    _system_config=LOCAL_SYSTEM_CONFIG | _task_events_cap(),
-                )
+            _start_or_connect(address, verbose)
         preloading.join()
     if not verbose:
         capture_library_logs()  # again: RLlib, imported meanwhile, brought its own console handler
@@ -136,6 +116,29 @@ def ray_session(
         if owned:
             shutdown_ray(local=not address)
         gc.unfreeze()
+
+
+def _start_or_connect(address: str | None, verbose: bool) -> None:
+    import ray
+
+    from rl_app.cluster.resources import local_cpu_count
+
+    logging_level = logging.WARNING if verbose else logging.ERROR
+    if address:
+        try:
+            ray.init(address=address, log_to_driver=verbose, logging_level=logging_level)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise UserError(f"cannot connect to Ray at {address}: {first_line(exc, default='')}") from None
+        return
+    # GPUs are left to Ray's own detection (torch is still importing); the count ray_session
+    # reports is capped at what torch can use.
+    ray.init(
+        num_cpus=local_cpu_count(),
+        include_dashboard=False,
+        log_to_driver=verbose,
+        logging_level=logging_level,
+        _system_config=LOCAL_SYSTEM_CONFIG | _task_events_cap(),
+    )
 
 
 def shutdown_ray(local: bool) -> None:
@@ -154,7 +157,7 @@ def shutdown_ray(local: bool) -> None:
     ray.shutdown()
 
 
-def _autoscaler_monitors() -> list:
+def _autoscaler_monitors() -> list[Any]:
     """The autoscaler monitor(s) among this process's children: Ray starts it as
     ``python -u <ray>/autoscaler/_private/monitor.py ...``."""
     import psutil
