@@ -1,9 +1,9 @@
 """Learner throughput: train-batch samples/s through RLlib's learner update, CPU vs GPU.
 
-    python bench/learner.py [--updates N]
+    python bench/learner.py [--updates N] [--experiments ppo_cartpole sac_pendulum ppo_pong]
 
-For PPO (ppo_cartpole: one update = num_epochs passes over the train batch, GAE
-included) and SAC (sac_pendulum: one update = one replay-sampled train batch), the
+For PPO (ppo_cartpole; ppo_pong, the CNN, when named: one update = num_epochs passes over the
+train batch, GAE included) and SAC (sac_pendulum: one update = one replay-sampled train batch), the
 update is timed alone: sampling and replay sampling happen between timings. On a
 machine with CUDA the same updates run on the GPU too and the GPU/CPU ratio is
 printed; without one the GPU column says so. Writes bench/results/learner-<date>.json.
@@ -95,7 +95,8 @@ def _replay_update(algo: Any) -> Any:
     return lambda: algo.learner_group.update(episodes=episodes, timesteps=_timesteps(algo))
 
 
-CASES = {"ppo_cartpole": ppo_update_seconds, "sac_pendulum": sac_update_seconds}
+CASES = {"ppo_cartpole": ppo_update_seconds, "sac_pendulum": sac_update_seconds, "ppo_pong": ppo_update_seconds}
+DEFAULT_CASES = ["ppo_cartpole", "sac_pendulum"]  # ppo_pong: ~20 s per CPU update here
 
 
 def measure(experiment: str, device: str, updates: int) -> dict[str, float]:
@@ -111,6 +112,7 @@ def measure(experiment: str, device: str, updates: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=20)
+    parser.add_argument("--experiments", nargs="+", default=DEFAULT_CASES, choices=sorted(CASES))
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -130,7 +132,7 @@ def main() -> int:
         log_to_driver=False,
     )
     try:
-        for experiment in CASES:
+        for experiment in args.experiments:
             row = results[experiment] = {"cpu": measure(experiment, "cpu", args.updates)}
             if gpu:
                 row["gpu"] = measure(experiment, "gpu", args.updates)
@@ -139,7 +141,7 @@ def main() -> int:
         ray.shutdown()
     print(f"learner throughput (torch {results['torch']}, GPU: {results['gpu'] or 'none visible'})")
     print(f"{'experiment':14s} {'batch':>6s} {'CPU samples/s':>14s} {'GPU samples/s':>14s} {'GPU/CPU':>8s}")
-    for experiment in CASES:
+    for experiment in args.experiments:
         row = results[experiment]
         gpu_cell = f"{row['gpu']['samples_per_s']:14,.0f}" if gpu else f"{'-':>14s}"
         ratio = f"{row['gpu_vs_cpu']:7.2f}x" if gpu else f"{'-':>8s}"
