@@ -5,6 +5,7 @@ Adam)."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -20,7 +21,7 @@ from rl_app.cluster.resources import plan_resources
 from rl_app.config import load_experiment
 from rl_app.rllib.config import algorithm_config
 from rl_app.rllib.env_runner import env_runner_class
-from rl_app.rllib.learners import BatchedStepPPOLearner, clip_gradients
+from rl_app.rllib.learners import BatchedStepPPOLearner, ColumnMinibatches, clip_gradients
 
 
 @pytest.mark.parametrize("scale", [1e-3, 10.0, float("inf")])
@@ -41,10 +42,23 @@ def test_global_norm_clipping_is_rllibs(scale: float) -> None:
         assert not torch.equal(ours[0], gradients[0])  # it did clip
 
 
-def test_ppo_learner_updates_exactly_as_rllibs() -> None:
+@pytest.mark.parametrize(("minibatch_size", "num_epochs"), [(64, 3), (256, 20)])  # 256: as shipped
+def test_ppo_learner_updates_exactly_as_rllibs(
+    minibatch_size: int, num_epochs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ppo_cartpole (gradient clipping at 0.5): our learner and RLlib's PPO torch learner from the
-    same state over the same episodes, minibatches shuffled alike, end with bit-equal weights with
-    RLlib's Adam kept, and equal to rounding with the fused one."""
+    same state over the same episodes, minibatches shuffled alike (ours cut from the columns,
+    RLlib's through SampleBatch slices), end with bit-equal weights with RLlib's Adam kept, and
+    equal to rounding with the fused one."""
+    cut = []
+    column_minibatches = ColumnMinibatches.__iter__
+
+    def counted(self: ColumnMinibatches) -> Any:
+        for minibatch in column_minibatches(self):
+            cut.append(len(minibatch.policy_batches[DEFAULT_MODULE_ID]))
+            yield minibatch
+
+    monkeypatch.setattr(ColumnMinibatches, "__iter__", counted)
     loaded = load_experiment("ppo_cartpole", ("env_runners.num_envs_per_env_runner=4",))
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     assert config.learner_class is BatchedStepPPOLearner
@@ -68,8 +82,8 @@ def test_ppo_learner_updates_exactly_as_rllibs() -> None:
         results = learner.update(
             episodes=copy.deepcopy(episodes),  # RLlib's learner connector extends them in place
             timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: 256},
-            minibatch_size=64,
-            num_epochs=3,
+            minibatch_size=minibatch_size,
+            num_epochs=num_epochs,
             shuffle_batch_per_epoch=True,
         )
         norms.append(results[DEFAULT_MODULE_ID]["gradients_default_optimizer_global_norm"].peek())
@@ -81,4 +95,37 @@ def test_ppo_learner_updates_exactly_as_rllibs() -> None:
         torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key)
         torch.testing.assert_close(fused[key], reference[key], rtol=1e-5, atol=1e-6, msg=key)
     assert norms[0] == norms[1]
+    # Our two learners cut their minibatches from the columns: every one full-sized, over all epochs.
+    assert cut and set(cut) == {minibatch_size} and len(cut) >= 2 * num_epochs * 256 // minibatch_size
     env.close()
+
+
+@pytest.mark.parametrize("minibatch_size", [4, 5, 12, 13, 30])  # dividing the batch, not, equal, over
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_column_minibatches_are_rllibs_cyclic_minibatches(minibatch_size: int, shuffle: bool) -> None:
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+    from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
+
+    def batch() -> MultiAgentBatch:
+        columns = {"obs": torch.arange(24.0).reshape(12, 2), "actions": torch.arange(12)}
+        return MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, env_steps=12)
+
+    def minibatches(make: Any) -> list[dict[str, torch.Tensor]]:
+        np.random.seed(7)
+        iterator = MiniBatchCyclicIterator(
+            batch(), num_epochs=3, minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle
+        )
+        return [
+            dict(m.policy_batches[DEFAULT_MODULE_ID]) | {"env_steps": m.env_steps()} for m in make(iterator)
+        ]
+
+    assert ColumnMinibatches.refusal(MiniBatchCyclicIterator(batch(), minibatch_size=4)) is None
+    infos = SampleBatch({"obs": torch.zeros(3), "infos": np.array([{}, {}, {}])})
+    with_infos = MultiAgentBatch({DEFAULT_MODULE_ID: infos}, env_steps=3)
+    assert ColumnMinibatches.refusal(MiniBatchCyclicIterator(with_infos, minibatch_size=2)) is not None
+    ours, theirs = minibatches(ColumnMinibatches), minibatches(lambda iterator: iterator)
+    assert len(ours) == len(theirs) >= 3 * 12 // minibatch_size
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert mine.keys() == reference.keys()
+        for key, value in reference.items():
+            assert torch.equal(torch.as_tensor(mine[key]), torch.as_tensor(value)), key
