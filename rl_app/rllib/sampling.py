@@ -6,10 +6,10 @@ them but batching, tensor conversion, action sampling and unsquashing) that is t
 forward pass on the stacked observations, one draw from the action distribution, one env step,
 and the step's arrays kept as they are. At the end of each ``sample()`` call the step arrays are
 stacked once and every episode's columns are slices of them (an episode that starts in the call is
-made only then, attribute for attribute as RLlib's constructor makes it), with the same ids, lookback buffers,
-extra model outputs and metrics as RLlib's runner gives them (its episode callbacks are no-ops;
-experiments with callbacks of their own sample with RLlib's runner). Same seeds, same weights:
-same episodes, to the bit (tests/test_sampling.py).
+made only then, attribute for attribute as RLlib's constructor makes it), with the same ids,
+lookback buffers, extra model outputs and metrics as RLlib's runner gives them (its episode
+callbacks are no-ops; experiments with callbacks of their own sample with RLlib's runner). Same
+seeds, same weights: same episodes, to the bit (tests/test_sampling.py).
 
 Timestep sampling (training) and episode sampling (evaluation) take this path; random actions
 stay RLlib's. Experiments it does not fit fall back to RLlib's runner, with the reason.
@@ -407,7 +407,8 @@ class ArrayEpisodes:
     Where RLlib's classes have other attributes than the ones this knows (another Ray), the
     constructor makes them. tests/test_sampling.py compares every attribute with the constructor's."""
 
-    # RLlib 2.60's: an episode's slots (the ones each episode gets its own of first) and a buffer's.
+    # RLlib 2.60's episode slots (OWN: a new object for each episode; SHARED: the template's value)
+    # and buffer attributes.
     OWN = ("id_", "observations", "infos", "actions", "rewards", "extra_model_outputs", "_custom_data")
     SHARED = (
         "agent_id", "is_terminated", "is_truncated", "module_id", "multi_agent_episode_id", "t", "t_started",
