@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -538,6 +538,8 @@ def main() -> int:
     results: dict[str, Any] = {"date": date.today().isoformat(), "machine": f"{os.cpu_count()} CPUs"}
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"compare-{results['date']}{'-quick' if args.quick else ''}"
+    if stem.with_suffix(".json").exists():  # an earlier run today: kept, this one named by the hour
+        stem = stem.with_name(f"{stem.name}-{datetime.now():%H%M}")
     results["startup"] = startup()
     if not args.quick:
         cases = [key for key in CASES if key not in args.skip]
