@@ -123,6 +123,7 @@ def test_column_minibatches_are_rllibs_cyclic_minibatches(minibatch_size: int, s
     infos = SampleBatch({"obs": torch.zeros(3), "infos": np.array([{}, {}, {}])})
     with_infos = MultiAgentBatch({DEFAULT_MODULE_ID: infos}, env_steps=3)
     assert ColumnMinibatches.refusal(MiniBatchCyclicIterator(with_infos, minibatch_size=2)) is not None
+    assert ColumnMinibatches.refusal(object.__new__(MiniBatchCyclicIterator)) is not None  # another Ray's
     ours, theirs = minibatches(ColumnMinibatches), minibatches(lambda iterator: iterator)
     assert len(ours) == len(theirs) >= 3 * 12 // minibatch_size
     for mine, reference in zip(ours, theirs, strict=True):

@@ -206,6 +206,9 @@ class ColumnMinibatches:
     through ``SampleBatch`` slices and ``concat_samples`` (profiled: ~0.7 ms of each ~3.9 ms
     ppo_cartpole minibatch update). tests/test_learners.py holds the two to bit-equal updates."""
 
+    # What RLlib 2.60's iterator keeps of its arguments.
+    KNOWN = ("_batch", "_minibatch_size", "_num_epochs", "_shuffle_batch_per_epoch", "_num_total_minibatches")
+
     def __init__(self, cyclic: MiniBatchCyclicIterator) -> None:
         ((self._module_id, module_batch),) = cyclic._batch.policy_batches.items()
         self._columns: dict[str, torch.Tensor] = dict(module_batch)
@@ -217,6 +220,8 @@ class ColumnMinibatches:
     @staticmethod
     def refusal(cyclic: MiniBatchCyclicIterator) -> str | None:
         """Why the cyclic iterator's batch is not one this cuts alike, or None."""
+        if not all(hasattr(cyclic, name) for name in ColumnMinibatches.KNOWN):
+            return "a MiniBatchCyclicIterator of another Ray"
         batches = cyclic._batch.policy_batches
         if len(batches) != 1 or cyclic._num_total_minibatches:
             return "several modules, or a fixed number of minibatches"
