@@ -31,6 +31,8 @@ from typing import Any
 
 from common import build_experiment_algo
 
+from rl_app.cluster.session import shutdown_ray
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 TARGET = 475.0
@@ -337,7 +339,7 @@ def with_ray(function: Any, *args: Any) -> Any:
     try:
         return function(*args)
     finally:
-        ray.shutdown()
+        shutdown_ray(local=True)
 
 
 def throughput(steps: int) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from typing import Any
 
 from common import build_experiment_algo
 
+from rl_app.cluster.session import shutdown_ray
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 os.environ.setdefault("RL_APP_EXPERIMENTS_DIR", str(REPO / "experiments"))
@@ -142,7 +144,7 @@ def main() -> int:
                 row["gpu"] = measure(experiment, "gpu", args.updates)
                 row["gpu_vs_cpu"] = row["gpu"]["samples_per_s"] / row["cpu"]["samples_per_s"]
     finally:
-        ray.shutdown()
+        shutdown_ray(local=True)
     print(f"learner throughput (torch {results['torch']}, GPU: {results['gpu'] or 'none visible'})")
     print(f"{'experiment':14s} {'batch':>6s} {'CPU samples/s':>14s} {'GPU samples/s':>14s} {'GPU/CPU':>8s}")
     for experiment in args.experiments:

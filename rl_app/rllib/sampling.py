@@ -295,9 +295,7 @@ class FastEnvRunner(RLAppEnvRunner):
             return done_episodes
         for i in range(n):
             if resetting[i]:  # ended in the last step: the next call resets it
-                episodes[i] = SingleAgentEpisode(
-                    observation_space=env.single_observation_space, action_space=env.single_action_space
-                )
+                episodes[i] = self._array_episodes.empty()
             elif episodes[i] is None:
                 episodes[i] = self._episode_from_steps(steps, _Ended(None, i, chunk_start[i], len(steps)))
             else:
@@ -334,14 +332,11 @@ class FastEnvRunner(RLAppEnvRunner):
     def _episode_from_steps(self, steps: _Steps, end: _Ended) -> Any:
         """The episode env ``end.env`` began at step ``end.start - 1`` (its reset observation), as
         RLlib's ``add_env_reset``, ``add_env_step`` per step and ``to_numpy`` would leave it."""
-        env: Any = self.env
         i, start, stop = end.env, end.start, end.stop
         reset = steps.step_time(start - 1)
         episode: Any
         if stop == start:  # reset, no step yet: as RLlib's runner keeps it (lists)
-            episode = SingleAgentEpisode(
-                observation_space=env.single_observation_space, action_space=env.single_action_space
-            )
+            episode = self._array_episodes.empty()
             info = steps.infos(i, slice(start - 1, start))[0]
             episode.add_env_reset(observation=steps.column("obs")[start - 1, i].copy(), infos=info)
             episode._start_time = reset
@@ -429,6 +424,10 @@ class ArrayEpisodes:
         self._rewards = _buffer_fields(template.rewards)
         self._infos = _buffer_fields(template.infos)
         self._plain = _buffer_fields(InfiniteLookbackBuffer())
+
+    def empty(self) -> Any:
+        """A new episode with nothing added yet (RLlib's constructor: its buffers are lists)."""
+        return SingleAgentEpisode(**self._spaces)
 
     def make(
         self,
