@@ -173,6 +173,16 @@ def finished(trial_dir: Path) -> bool:
     return path.is_file() and '"stop_reason"' in path.read_text()
 
 
+def recorded_statuses(sweep_dir: Path) -> dict[str, str]:
+    """Trial folder -> status in Tune's newest saved sweep state (what a resume starts from)."""
+    states = sorted(sweep_dir.glob("experiment_state-*.json"))
+    try:
+        trials = json.loads(states[-1].read_text())["trial_data"] if states else []
+    except ValueError:  # caught mid-write
+        return {}
+    return {f"trial_{state['trial_id']}": state["status"] for state in (json.loads(t[0]) for t in trials)}
+
+
 def test_kill_9_of_the_sweep_driver_then_resume_keeps_finished_trials(
     ray_session: None, experiments: Path, tmp_path: Path
 ) -> None:
@@ -182,7 +192,7 @@ def test_kill_9_of_the_sweep_driver_then_resume_keeps_finished_trials(
   space:
     training.lr: {grid: [0.0003, 0.001, 0.003]}
 """
-    write_sweep(experiments, "killed", sweep, timesteps=3000)
+    write_sweep(experiments, "killed", sweep, timesteps=6000)
     runs = tmp_path / "runs"
     command = [sys.executable, "-m", "rl_app", "sweep", "killed", "--runs-dir", str(runs)]
     process = subprocess.Popen(
@@ -196,12 +206,15 @@ def test_kill_9_of_the_sweep_driver_then_resume_keeps_finished_trials(
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             trial_dirs = sorted(runs.glob("killed/*/trial_*"))
-            done = [d for d in trial_dirs if finished(d)]
+            recorded = recorded_statuses(trial_dirs[0].parent) if trial_dirs else {}
+            # Finished as far as the saved state knows: Tune saves it every 2 s, so a trial that
+            # finished after the last save is continued from its recorded checkpoint on resume.
+            done = [d for d in trial_dirs if finished(d) and recorded.get(d.name) == "TERMINATED"]
             running = [d for d in trial_dirs if not finished(d) and len(result_iterations(d)) >= 3]
             if done and running:
                 break
             assert process.poll() is None, process.communicate()[0]
-            time.sleep(0.2)
+            time.sleep(0.1)
         else:
             pytest.fail("the sweep never had a finished and a half-done trial")
         os.killpg(process.pid, signal.SIGKILL)  # the driver and every Ray process it started
@@ -210,6 +223,7 @@ def test_kill_9_of_the_sweep_driver_then_resume_keeps_finished_trials(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     sweep_dir = done[0].parent
+    assert len(trial_dirs) == 2  # max_concurrent_trials 1: the third not started while one runs
     kept = {d.name: result_iterations(d) for d in done}
     interrupted = running[0]
     reported_before_kill = len(result_iterations(interrupted))
@@ -221,7 +235,7 @@ def test_kill_9_of_the_sweep_driver_then_resume_keeps_finished_trials(
     for name, iterations in kept.items():
         assert result_iterations(sweep_dir / name) == iterations  # not rerun
     after = result_iterations(interrupted)
-    assert len(after) > reported_before_kill and after[-1] == 6  # 3000 steps / 500 per iteration
+    assert len(after) > reported_before_kill and after[-1] == 12  # 6000 steps / 500 per iteration
     assert after.count(1) == 1  # continued from its checkpoint, not restarted
 
 

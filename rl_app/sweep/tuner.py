@@ -28,7 +28,9 @@ def _search_algorithm(sweep: SweepSection, seed: int, concurrent: int) -> Any:
         return ConcurrencyLimiter(OptunaSearch(seed=seed), max_concurrent=concurrent)
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    return BasicVariantGenerator(random_state=seed)
+    # Tune applies TuneConfig.max_concurrent_trials to Searchers only; a generator passed as
+    # the search algorithm must carry the limit itself, or grid and random sweeps ignore it.
+    return BasicVariantGenerator(random_state=seed, max_concurrent=concurrent)
 
 
 def _scheduler(experiment: ExperimentConfig) -> Any:
