@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -102,6 +103,40 @@ def test_tensorboard_and_system_usage_are_recorded(runs: dict[str, Path]) -> Non
     with (run_dir / "progress.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert all(float(r["memory_mb"]) > 50 and float(r["cpu_percent"]) >= 0 for r in rows)
+
+
+def test_tensorboard_events_hold_what_add_scalar_would_write(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboardX import SummaryWriter
+
+    from rl_app.console.telemetry import TensorBoardLog, flatten_numbers
+
+    ours = {"return_mean": 21.5, "eval_return_mean": math.nan, "iteration": 3}
+    result = {
+        "env_runners": {"episode_return_mean": 21.5, "odd key (x)": 2, "flag": True, "inf": math.inf},
+        "learners": {"default_policy": {"policy_loss": -0.25}},
+        "/leading": 1.0,
+        "date": "2026-12-05",
+    }
+    log = TensorBoardLog(tmp_path / "ours")
+    reference = SummaryWriter(logdir=str(tmp_path / "reference" / "tensorboard"))
+    for step in (256, 512):
+        log.log(step, ours, result)
+        for name, value in {**{f"rl_app/{k}": v for k, v in ours.items()}, **flatten_numbers(result)}.items():
+            if math.isfinite(value):
+                reference.add_scalar(name, value, step)
+    log.close()
+    reference.close()
+
+    def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+        events = EventAccumulator(str(folder))
+        events.Reload()
+        return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
+
+    written = scalars(tmp_path / "ours" / "tensorboard")
+    assert written == scalars(tmp_path / "reference" / "tensorboard")
+    assert written["env_runners/odd_key__x_"] == [(256, 2.0), (512, 2.0)]
+    assert "leading" in written and "rl_app/eval_return_mean" not in written and "date" not in written
 
 
 def test_report_compares_runs_and_runs_lists_them(runs: dict[str, Path], tmp_path: Path) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 # Result keys that are bookkeeping, not metrics.
 _SKIPPED_RESULT_KEYS = {"config", "hostname", "node_ip", "pid", "date", "trial_id", "experiment_id"}
+# What tensorboardX's summary ops replace in a tag (tensorboardX.summary._INVALID_TAG_CHARACTERS).
+_INVALID_TAG_CHARACTERS = re.compile(r"[^-/\w\.]")
 
 
 class SystemMonitor:
@@ -103,13 +106,28 @@ class TensorBoardLog:
         from tensorboardX import SummaryWriter
 
         self.writer = SummaryWriter(logdir=str(run_dir / "tensorboard"), flush_secs=10)
+        self._tags: dict[str, str] = {}
+
+    def _tag(self, name: str) -> str:
+        """``name`` as tensorboardX's ``add_scalar`` writes it (characters it refuses made ``_``)."""
+        tag = self._tags.get(name)
+        if tag is None:
+            tag = self._tags[name] = _INVALID_TAG_CHARACTERS.sub("_", name).lstrip("/")
+        return tag
 
     def log(self, step: int, ours: dict[str, float], result: dict[str, Any]) -> None:
-        for name, value in ours.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self.writer.add_scalar(f"rl_app/{name}", value, step)
-        for name, value in flatten_numbers(result).items():
-            self.writer.add_scalar(name, value, step)
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        numbers = {
+            f"rl_app/{name}": float(value)
+            for name, value in ours.items()
+            if isinstance(value, (int, float)) and math.isfinite(value)
+        }
+        numbers.update(flatten_numbers(result))
+        # One event holding every value of the iteration, which TensorBoard reads as one point per
+        # tag: `add_scalar` per value built an event each, ~65 us apiece (~9 ms per iteration).
+        values = [Summary.Value(tag=self._tag(name), simple_value=v) for name, v in numbers.items()]
+        self.writer.file_writer.add_summary(Summary(value=values), step)
         self.writer.flush()
 
     def close(self) -> None:
