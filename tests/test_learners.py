@@ -5,6 +5,7 @@ Adam)."""
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -50,15 +51,21 @@ def test_ppo_learner_updates_exactly_as_rllibs(
     same state over the same episodes, minibatches shuffled alike (ours cut from the columns,
     RLlib's through SampleBatch slices), end with bit-equal weights with RLlib's Adam kept, and
     equal to rounding with the fused one."""
-    cut = []
+    cut, losses = [], []
     column_minibatches = ColumnMinibatches.__iter__
+    categorical_loss = BatchedStepPPOLearner._categorical_loss
 
     def counted(self: ColumnMinibatches) -> Any:
         for minibatch in column_minibatches(self):
             cut.append(len(minibatch.policy_batches[DEFAULT_MODULE_ID]))
             yield minibatch
 
+    def counted_loss(self: BatchedStepPPOLearner, *args: Any) -> Any:
+        losses.append(self._logs_this_minibatch())
+        return categorical_loss(self, *args)
+
     monkeypatch.setattr(ColumnMinibatches, "__iter__", counted)
+    monkeypatch.setattr(BatchedStepPPOLearner, "_categorical_loss", counted_loss)
     loaded = load_experiment("ppo_cartpole", ("env_runners.num_envs_per_env_runner=4",))
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     assert config.learner_class is BatchedStepPPOLearner
@@ -76,7 +83,7 @@ def test_ppo_learner_updates_exactly_as_rllibs(
     for learner in (theirs, ours_unfused):
         learner.set_state(ours.get_state())
     before = {k: t.clone() for k, t in ours.module[DEFAULT_MODULE_ID].state_dict().items()}
-    norms = []
+    norms, stats = [], []
     for learner in (ours_unfused, theirs, ours):
         np.random.seed(0)  # the minibatch shuffle
         results = learner.update(
@@ -87,6 +94,7 @@ def test_ppo_learner_updates_exactly_as_rllibs(
             shuffle_batch_per_epoch=True,
         )
         norms.append(results[DEFAULT_MODULE_ID]["gradients_default_optimizer_global_norm"].peek())
+        stats.append({key: _number(s.peek()) for key, s in results[DEFAULT_MODULE_ID].items()})
     mine, reference, fused = (
         learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours_unfused, theirs, ours)
     )
@@ -95,9 +103,84 @@ def test_ppo_learner_updates_exactly_as_rllibs(
         torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key)
         torch.testing.assert_close(fused[key], reference[key], rtol=1e-5, atol=1e-6, msg=key)
     assert norms[0] == norms[1]
+    # Every statistic RLlib's learner reports, ours reports alike: the losses, entropy, KL and
+    # explained variance of the last minibatch (ours computes them for that one only), steps, rates.
+    rates = {key for key in stats[1] if "throughput" in key}
+    assert {"policy_loss", "vf_loss", "entropy", "mean_kl_loss", "vf_explained_var"} <= set(stats[1])
+    assert {k: v for k, v in stats[0].items() if k not in rates} == {
+        k: v for k, v in stats[1].items() if k not in rates
+    }
+    # Our loss ran on each of our minibatches, the statistics taken on the last of each update only.
+    assert len(losses) == len(cut) and losses.count(True) == 2
     # Our two learners cut their minibatches from the columns: every one full-sized, over all epochs.
     assert cut and set(cut) == {minibatch_size} and len(cut) >= 2 * num_epochs * 256 // minibatch_size
     env.close()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "masked", "vanishing"),
+    [
+        ((), True, "old"),
+        ((), True, "new"),
+        (("training.entropy_coeff=0.01",), False, "old"),
+        (("training.use_kl_loss=false", "training.entropy_coeff=0.01"), True, "new"),
+    ],
+)
+def test_ppo_categorical_loss_is_rllibs_with_vanishing_probabilities(
+    overrides: tuple[str, ...], masked: bool, vanishing: str
+) -> None:
+    """Our categorical PPO loss and RLlib's on the same outputs and batch: the same loss, gradient
+    and statistics, where the old or the new policy gives an action probability 0 (torch's KL then
+    reads 0 for the old one's, inf for the new one's), with and without entropy, KL and mask."""
+    loaded = load_experiment("ppo_cartpole", overrides)
+    config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+    spaces = {DEFAULT_MODULE_ID: (gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(3))}
+    ours = config.build_learner(spaces=spaces)
+    theirs = config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
+    theirs.set_state(ours.get_state())
+    generator = torch.Generator().manual_seed(0)
+    rows = 12
+    logits = torch.randn(rows, 3, generator=generator)
+    previous = torch.randn(rows, 3, generator=generator)
+    (logits if vanishing == "new" else previous)[0, 1] = -math.inf
+    (logits if vanishing == "new" else previous)[1] = torch.tensor([0.0, 200.0, -200.0])  # exp underflows
+    batch = {
+        "obs": torch.randn(rows, 4, generator=generator),
+        "actions": torch.tensor([2, 0, 1] * (rows // 3)),
+        "action_logp": torch.randn(rows, generator=generator) - 1.0,
+        "action_dist_inputs": previous,
+        "advantages": torch.randn(rows, generator=generator),
+        "value_targets": torch.randn(rows, generator=generator),
+    }
+    if masked:
+        batch["loss_mask"] = torch.arange(rows) % 4 != 3
+    results = []
+    for learner in (ours, theirs):
+        inputs = logits.clone().requires_grad_()
+        embeddings = torch.randn(rows, 64, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        fwd_out = {"action_dist_inputs": inputs, "embeddings": embeddings}
+        module_config = learner.config.get_config_for_module(DEFAULT_MODULE_ID)
+        loss = learner.compute_loss_for_module(
+            module_id=DEFAULT_MODULE_ID, config=module_config, batch=batch, fwd_out=fwd_out
+        )
+        if loss.isfinite():
+            loss.backward()
+        stats = learner.metrics.reduce()[DEFAULT_MODULE_ID]
+        results.append((loss.detach(), inputs.grad, embeddings.grad, {k: _number(v) for k, v in stats.items()}))
+    (loss, logit_grad, embedding_grad, stats), reference = results
+    torch.testing.assert_close(loss, reference[0], rtol=0, atol=0, equal_nan=True)
+    kl = "use_kl_loss=false" not in str(overrides)
+    assert bool(loss.isfinite()) == (vanishing == "old" or not kl)
+    if loss.isfinite():
+        torch.testing.assert_close(logit_grad, reference[1], rtol=0, atol=0)
+        torch.testing.assert_close(embedding_grad, reference[2], rtol=0, atol=0)
+    assert stats.keys() == reference[3].keys()
+    for key, value in reference[3].items():
+        assert stats[key] == value or (math.isnan(stats[key]) and math.isnan(value)), key
+
+
+def _number(value: Any) -> Any:
+    return value.item() if isinstance(value, torch.Tensor) else value
 
 
 @pytest.mark.parametrize("minibatch_size", [4, 5, 12, 13, 30])  # dividing the batch, not, equal, over

@@ -23,6 +23,8 @@ with it, equal to rounding (tests/test_offpolicy.py, tests/test_learners.py).
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -30,15 +32,24 @@ import numpy as np
 import torch
 from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
 from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
+from ray.rllib.algorithms.ppo.ppo import (
+    LEARNER_RESULTS_KL_KEY,
+    LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY,
+    LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY,
+)
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.algorithms.sac.torch.sac_torch_learner import SACTorchLearner
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
+from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.core.learner.utils import update_target_network
 from ray.rllib.core.rl_module.apis import TargetNetworkAPI
+from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import LAST_TARGET_UPDATE_TS, NUM_ENV_STEPS_SAMPLED_LIFETIME, NUM_TARGET_UPDATES
 from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
 from ray.rllib.utils.torch_utils import clip_gradients as rllib_clip_gradients
+from ray.rllib.utils.torch_utils import explained_variance
 
 
 def polyak_average_tensors(mains: list[torch.Tensor], targets: list[torch.Tensor], tau: float) -> None:
@@ -107,12 +118,24 @@ class _BatchedStepMixin:
         return fwd_out, loss_per_module, {}
 
     def _get_clip_function(self) -> Any:
-        return clip_gradients
+        return functools.partial(clip_gradients, seen=self.__dict__.setdefault("_clipped", []))
+
+    def _finite_by_clipping(self, gradients_dict: dict[Any, torch.Tensor]) -> bool:
+        """Whether this step's global-norm clipping already showed every gradient finite: it took
+        each one's norm, then scaled it by at most 1 (so no second pass over them is needed)."""
+        clipped: list[tuple[int, torch.Tensor]] = self.__dict__.get("_clipped", [])
+        seen = clipped[:]
+        clipped.clear()
+        covered = sum(count for count, _ in seen)
+        return bool(seen) and covered == len(gradients_dict) and all(bool(finite) for _, finite in seen)
 
     def apply_gradients(self, gradients_dict: dict[Any, torch.Tensor]) -> None:
         gradients = list(gradients_dict.values())
         special = self._grad_scalers is not None or self._lr_scheduler_classes is not None
-        if special or not gradients or any(g is None for g in gradients) or not all_finite(gradients):
+        if special or not gradients or any(g is None for g in gradients):
+            self.__dict__.get("_clipped", []).clear()
+            return super().apply_gradients(gradients_dict)  # type: ignore[misc]
+        if not self._finite_by_clipping(gradients_dict) and not all_finite(gradients):
             return super().apply_gradients(gradients_dict)  # type: ignore[misc]
         for pid, gradient in gradients_dict.items():
             self._params[pid].grad = gradient
@@ -154,9 +177,16 @@ class _TargetAverageMixin(_BatchedStepMixin):
             self.metrics.log_value((module_id, LAST_TARGET_UPDATE_TS), timestep, reduce="max")
 
 
-def clip_gradients(gradients_dict: dict[Any, torch.Tensor], *, grad_clip: float, grad_clip_by: str) -> Any:
+def clip_gradients(
+    gradients_dict: dict[Any, torch.Tensor],
+    *,
+    grad_clip: float,
+    grad_clip_by: str,
+    seen: list[tuple[int, torch.Tensor]] | None = None,
+) -> Any:
     """RLlib's ``clip_gradients`` (2.60), its global-norm case in multi-tensor ops: the same
-    per-tensor norms (overflow read as 1e9), their norm, and one in-place scale of every gradient."""
+    per-tensor norms (overflow read as 1e9), their norm, and one in-place scale of every gradient.
+    ``seen`` gets (how many gradients, whether each one's norm was finite) of a global-norm clip."""
     gradients = [g.detach() for g in gradients_dict.values() if g is not None]
     if grad_clip_by != "global_norm" or not gradients:
         return rllib_clip_gradients(gradients_dict, grad_clip=grad_clip, grad_clip_by=grad_clip_by)
@@ -166,6 +196,8 @@ def clip_gradients(gradients_dict: dict[Any, torch.Tensor], *, grad_clip: float,
     )
     clip_coeff = torch.clamp(grad_clip / torch.clamp(total_norm + 1e-6, min=grad_clip), max=1.0)
     torch._foreach_mul_(gradients, clip_coeff)
+    if seen is not None:
+        seen.append((len(gradients), norms.isfinite().all()))
     return total_norm
 
 
@@ -190,13 +222,112 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
 
 class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
     """RLlib's PPO torch learner with the batched gradient-step bookkeeping, its minibatches cut
-    straight from the train batch's columns (:class:`ColumnMinibatches`)."""
+    straight from the train batch's columns (:class:`ColumnMinibatches`) and, for categorical
+    actions, its loss in plain tensor ops with the loss statistics taken once per update.
+
+    RLlib logs those statistics (and each minibatch's off-policyness) with ``window=1``: only the
+    last minibatch's reach the results, so they are computed for the last minibatch only."""
+
+    _minibatches: ColumnMinibatches | None = None
 
     def _create_iterator_if_necessary(self, **kwargs: Any) -> Any:
         iterator = super()._create_iterator_if_necessary(**kwargs)
+        self._minibatches = None
         if type(iterator) is MiniBatchCyclicIterator and ColumnMinibatches.refusal(iterator) is None:
-            return ColumnMinibatches(iterator)
+            iterator = self._minibatches = ColumnMinibatches(iterator)
         return iterator
+
+    def _logs_this_minibatch(self) -> bool:
+        return self._minibatches is None or self._minibatches.last
+
+    def _compute_off_policyness(self, batch: Any) -> None:
+        if self._logs_this_minibatch():
+            super()._compute_off_policyness(batch)
+
+    def compute_loss_for_module(
+        self, *, module_id: str, config: Any, batch: dict[str, Any], fwd_out: dict[str, Any]
+    ) -> torch.Tensor:
+        module = self.module[module_id].unwrapped()
+        categorical = (
+            module.get_train_action_dist_cls() is TorchCategorical
+            and module.get_exploration_action_dist_cls() is TorchCategorical
+        )
+        if not categorical or not config.use_critic:
+            return super().compute_loss_for_module(
+                module_id=module_id, config=config, batch=batch, fwd_out=fwd_out
+            )
+        return self._categorical_loss(module_id, module, config, batch, fwd_out)
+
+    def _categorical_loss(
+        self, module_id: str, module: Any, config: Any, batch: dict[str, Any], fwd_out: dict[str, Any]
+    ) -> torch.Tensor:
+        """PPOTorchLearner's loss (RLlib 2.60) for categorical actions, in the same tensor ops torch's
+        ``Categorical`` and ``kl_divergence`` and RLlib's masked means run, so bit-equal; the entropy
+        enters the graph only with a nonzero coefficient (``- 0 * entropy`` changes no bit)."""
+        if Columns.LOSS_MASK in batch:
+            mask = batch[Columns.LOSS_MASK]
+            num_valid = torch.sum(mask)
+
+            def mean(data: torch.Tensor) -> torch.Tensor:
+                return torch.sum(data[mask]) / num_valid
+
+        else:
+            mean = torch.mean
+        logits = fwd_out[Columns.ACTION_DIST_INPUTS]
+        log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)
+        actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
+        logp = log_pmf.gather(-1, actions).squeeze(-1)
+        logp_ratio = torch.exp(logp - batch[Columns.ACTION_LOGP])
+        probs = None
+        if config.use_kl_loss:
+            previous = batch[Columns.ACTION_DIST_INPUTS]
+            previous_log_pmf = previous - previous.logsumexp(dim=-1, keepdim=True)
+            previous_probs = torch.softmax(previous_log_pmf, dim=-1)
+            # In torch's order (a gradient summed in another order can differ in the last bit).
+            scaled_log_ratio = previous_probs * (previous_log_pmf - log_pmf)
+            probs = torch.softmax(log_pmf, dim=-1)
+            action_kl = scaled_log_ratio.masked_fill(probs == 0, math.inf)
+            mean_kl_loss = mean(action_kl.masked_fill(previous_probs == 0, 0.0).sum(-1))
+        else:
+            mean_kl_loss = torch.tensor(0.0, device=logp_ratio.device)
+        entropy_coeff = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
+        logs = self._logs_this_minibatch()
+        entropy = None
+        if logs or entropy_coeff != 0:
+            clamped = torch.clamp(log_pmf, min=torch.finfo(log_pmf.dtype).min)
+            probs = torch.softmax(log_pmf, dim=-1) if probs is None else probs
+            entropy = -(clamped * probs).sum(-1)
+
+        advantages = batch[Postprocessing.ADVANTAGES]
+        surrogate_loss = torch.min(
+            advantages * logp_ratio,
+            advantages * torch.clamp(logp_ratio, 1 - config.clip_param, 1 + config.clip_param),
+        )
+        value_fn_out = module.compute_values(batch, embeddings=fwd_out.get(Columns.EMBEDDINGS))
+        vf_loss = torch.pow(value_fn_out - batch[Postprocessing.VALUE_TARGETS], 2.0)
+        vf_loss_clipped = torch.clamp(vf_loss, 0, config.vf_clip_param)
+        per_step = -surrogate_loss + config.vf_loss_coeff * vf_loss_clipped
+        if entropy_coeff != 0:
+            per_step = per_step - entropy_coeff * entropy
+        total_loss = mean(per_step)
+        if config.use_kl_loss:
+            total_loss += self.curr_kl_coeffs_per_module[module_id] * mean_kl_loss
+
+        if logs:
+            assert entropy is not None
+            with torch.no_grad():
+                stats = {
+                    POLICY_LOSS_KEY: -mean(surrogate_loss),
+                    VF_LOSS_KEY: mean(vf_loss_clipped),
+                    LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: mean(vf_loss),
+                    LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(
+                        batch[Postprocessing.VALUE_TARGETS], value_fn_out
+                    ),
+                    ENTROPY_KEY: mean(entropy),
+                    LEARNER_RESULTS_KL_KEY: mean_kl_loss,
+                }
+            self.metrics.log_dict(stats, key=module_id, window=1)
+        return total_loss
 
 
 class ColumnMinibatches:
@@ -216,6 +347,7 @@ class ColumnMinibatches:
         self._minibatch_size = cyclic._minibatch_size
         self._num_epochs = cyclic._num_epochs
         self._shuffle = cyclic._shuffle_batch_per_epoch
+        self.last = False  # whether the minibatch last yielded is the update's final one
 
     @staticmethod
     def refusal(cyclic: MiniBatchCyclicIterator) -> str | None:
@@ -254,6 +386,7 @@ class ColumnMinibatches:
             minibatch = (
                 parts[0] if len(parts) == 1 else {key: torch.cat([p[key] for p in parts]) for key in columns}
             )
+            self.last = epochs >= self._num_epochs
             yield MultiAgentBatch({self._module_id: SampleBatch(minibatch)}, self._env_steps)
 
 
