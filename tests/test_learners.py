@@ -136,7 +136,9 @@ def test_ppo_categorical_loss_is_rllibs_with_vanishing_probabilities(
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     spaces = {DEFAULT_MODULE_ID: (gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(3))}
     ours = config.build_learner(spaces=spaces)
-    theirs = config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
+    theirs = (
+        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
+    )
     theirs.set_state(ours.get_state())
     generator = torch.Generator().manual_seed(0)
     rows = 12
@@ -166,7 +168,9 @@ def test_ppo_categorical_loss_is_rllibs_with_vanishing_probabilities(
         if loss.isfinite():
             loss.backward()
         stats = learner.metrics.reduce()[DEFAULT_MODULE_ID]
-        results.append((loss.detach(), inputs.grad, embeddings.grad, {k: _number(v) for k, v in stats.items()}))
+        results.append(
+            (loss.detach(), inputs.grad, embeddings.grad, {k: _number(v) for k, v in stats.items()})
+        )
     (loss, logit_grad, embedding_grad, stats), reference = results
     torch.testing.assert_close(loss, reference[0], rtol=0, atol=0, equal_nan=True)
     kl = "use_kl_loss=false" not in str(overrides)
