@@ -253,8 +253,11 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
             and module.get_exploration_action_dist_cls() is TorchCategorical
         )
         if not categorical or not config.use_critic:
-            return super().compute_loss_for_module(
-                module_id=module_id, config=config, batch=batch, fwd_out=fwd_out
+            return cast(
+                torch.Tensor,
+                super().compute_loss_for_module(
+                    module_id=module_id, config=config, batch=batch, fwd_out=fwd_out
+                ),
             )
         return self._categorical_loss(module_id, module, config, batch, fwd_out)
 
@@ -264,15 +267,12 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
         """PPOTorchLearner's loss (RLlib 2.60) for categorical actions, in the same tensor ops torch's
         ``Categorical`` and ``kl_divergence`` and RLlib's masked means run, so bit-equal; the entropy
         enters the graph only with a nonzero coefficient (``- 0 * entropy`` changes no bit)."""
-        if Columns.LOSS_MASK in batch:
-            mask = batch[Columns.LOSS_MASK]
-            num_valid = torch.sum(mask)
+        mask = batch.get(Columns.LOSS_MASK)
+        num_valid = torch.sum(mask) if mask is not None else torch.tensor(1)
 
-            def mean(data: torch.Tensor) -> torch.Tensor:
-                return torch.sum(data[mask]) / num_valid
+        def mean(data: torch.Tensor) -> torch.Tensor:
+            return torch.mean(data) if mask is None else torch.sum(data[mask]) / num_valid
 
-        else:
-            mean = torch.mean
         logits = fwd_out[Columns.ACTION_DIST_INPUTS]
         log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)
         actions = batch[Columns.ACTIONS].long().unsqueeze(-1)
@@ -292,7 +292,7 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
             mean_kl_loss = torch.tensor(0.0, device=logp_ratio.device)
         entropy_coeff = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
         logs = self._logs_this_minibatch()
-        entropy = None
+        entropy = torch.tensor(0.0)
         if logs or entropy_coeff != 0:
             clamped = torch.clamp(log_pmf, min=torch.finfo(log_pmf.dtype).min)
             probs = torch.softmax(log_pmf, dim=-1) if probs is None else probs
@@ -311,10 +311,9 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
             per_step = per_step - entropy_coeff * entropy
         total_loss = mean(per_step)
         if config.use_kl_loss:
-            total_loss += self.curr_kl_coeffs_per_module[module_id] * mean_kl_loss
+            total_loss += cast(torch.Tensor, self.curr_kl_coeffs_per_module[module_id]) * mean_kl_loss
 
         if logs:
-            assert entropy is not None
             with torch.no_grad():
                 stats = {
                     POLICY_LOSS_KEY: -mean(surrogate_loss),
