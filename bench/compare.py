@@ -248,7 +248,8 @@ def sac_training_rate(steps: int, starts: int = 1_000, warm: int = 50) -> dict[s
     try:
         while sampled() < starts + warm:
             pass
-        began, first = time.perf_counter(), sampled()
+        first = sampled()
+        began = time.perf_counter()  # from the end of the call whose steps `first` counts
         last = first
         while last < first + steps:
             last = sampled()
