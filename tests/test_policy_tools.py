@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,21 @@ def test_tensorboard_and_system_usage_are_recorded(runs: dict[str, Path]) -> Non
     with (run_dir / "progress.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert all(float(r["memory_mb"]) > 50 and float(r["cpu_percent"]) >= 0 for r in rows)
+
+
+def test_system_monitor_counts_the_cpu_of_child_processes() -> None:
+    from rl_app.console.telemetry import SystemMonitor
+
+    spin = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass"
+    child = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        monitor = SystemMonitor()  # starts each process's clock, the child's included
+        time.sleep(1.0)  # this process sleeps; the child spins a core
+        usage = monitor.sample()
+    finally:
+        child.wait(timeout=30)
+    assert usage["cpu_percent"] > 50, usage
+    assert usage["memory_mb"] > 50
 
 
 def test_tensorboard_events_hold_what_add_scalar_would_write(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +18,36 @@ _INVALID_TAG_CHARACTERS = re.compile(r"[^-/\w\.]")
 class SystemMonitor:
     """CPU% and memory of this process and its children (Ray's local workers), and GPU when present."""
 
+    # How often the process tree is listed again (a walk over every process on the machine).
+    TREE_REFRESH_S = 5.0
+
     def __init__(self) -> None:
         import psutil
 
         self._psutil = psutil
         self._process = psutil.Process(os.getpid())
+        self._known: dict[int, Any] = {}
+        self._listed_at = -math.inf
         self._gpu = _GpuReader.create()
         self.sample()  # psutil's first cpu_percent() call only starts the clock
 
     def _tree(self) -> list[Any]:
-        try:
-            return [self._process, *self._process.children(recursive=True)]
-        except self._psutil.Error:
-            return [self._process]
+        """This process and its descendants, each the same ``psutil.Process`` as at the previous
+        sample: ``cpu_percent`` measures from that object's last call (a new one reads 0)."""
+        now = time.monotonic()
+        if now - self._listed_at >= self.TREE_REFRESH_S:
+            self._listed_at = now
+            try:
+                children = self._process.children(recursive=True)
+            except self._psutil.Error:
+                children = []
+            known = {}
+            for child in children:
+                previous = self._known.get(child.pid)
+                # Processes are equal when pid and start time are: a reused pid counts as new.
+                known[child.pid] = previous if previous == child else child
+            self._known = known
+        return [self._process, *self._known.values()]
 
     def sample(self) -> dict[str, float]:
         cpu, rss = 0.0, 0

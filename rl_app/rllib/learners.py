@@ -138,7 +138,9 @@ class _BatchedStepMixin:
         if not self._finite_by_clipping(gradients_dict) and not all_finite(gradients):
             return super().apply_gradients(gradients_dict)  # type: ignore[misc]
         for pid, gradient in gradients_dict.items():
-            self._params[pid].grad = gradient
+            param = self._params[pid]
+            if param.grad is not gradient:  # mostly it is: clipping scales .grad in place
+                param.grad = gradient
         for module_id, optimizer_names in self._module_optimizers.items():
             for optimizer_name in optimizer_names:
                 self.get_optimizer(module_id, optimizer_name).step()  # type: ignore[attr-defined]
