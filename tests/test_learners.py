@@ -183,6 +183,34 @@ def test_ppo_categorical_loss_is_rllibs_with_vanishing_probabilities(
         assert stats[key] == value or (math.isnan(stats[key]) and math.isnan(value)), key
 
 
+@pytest.mark.parametrize("bad", [None, math.inf, math.nan])
+def test_a_clipped_step_with_non_finite_gradients_goes_rllibs_way(bad: float | None) -> None:
+    """Our clip tells apply_gradients whether every gradient was finite; where one is not, the step
+    is RLlib's (its nan/inf gradients zeroed): the weights end as RLlib's learner leaves them."""
+    loaded = load_experiment("ppo_cartpole")
+    config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+    config = config.copy(copy_frozen=False).learners(learner_class=unfused(BatchedStepPPOLearner))
+    spaces = {DEFAULT_MODULE_ID: (gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2))}
+    ours = config.build_learner(spaces=spaces)
+    theirs = (
+        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
+    )
+    theirs.set_state(ours.get_state())
+    generator = torch.Generator().manual_seed(0)
+    gradients = [torch.randn(p.shape, generator=generator) for p in ours._params.values()]
+    if bad is not None:
+        gradients[1].view(-1)[0] = bad
+    for learner in (ours, theirs):
+        for param, gradient in zip(learner._params.values(), gradients, strict=True):
+            param.grad = gradient.clone()
+        learner.apply_gradients(
+            learner.postprocess_gradients({pid: p.grad for pid, p in learner._params.items()})
+        )
+    for key, tensor in ours.module[DEFAULT_MODULE_ID].state_dict().items():
+        torch.testing.assert_close(tensor, theirs.module[DEFAULT_MODULE_ID].state_dict()[key], rtol=0, atol=0)
+        assert tensor.isfinite().all(), key
+
+
 def _number(value: Any) -> Any:
     return value.item() if isinstance(value, torch.Tensor) else value
 

@@ -118,24 +118,23 @@ class _BatchedStepMixin:
         return fwd_out, loss_per_module, {}
 
     def _get_clip_function(self) -> Any:
+        # RLlib asks for it once per optimizer per step; what the clips saw is this step's.
         return functools.partial(clip_gradients, seen=self.__dict__.setdefault("_clipped", []))
 
-    def _finite_by_clipping(self, gradients_dict: dict[Any, torch.Tensor]) -> bool:
+    @staticmethod
+    def _finite_by_clipping(seen: list[tuple[int, torch.Tensor]], num_gradients: int) -> bool:
         """Whether this step's global-norm clipping already showed every gradient finite: it took
         each one's norm, then scaled it by at most 1 (so no second pass over them is needed)."""
-        clipped: list[tuple[int, torch.Tensor]] = self.__dict__.get("_clipped", [])
-        seen = clipped[:]
-        clipped.clear()
         covered = sum(count for count, _ in seen)
-        return bool(seen) and covered == len(gradients_dict) and all(bool(finite) for _, finite in seen)
+        return bool(seen) and covered == num_gradients and all(bool(finite) for _, finite in seen)
 
     def apply_gradients(self, gradients_dict: dict[Any, torch.Tensor]) -> None:
         gradients = list(gradients_dict.values())
+        seen = self.__dict__.pop("_clipped", [])  # this step's clips; the next step's start afresh
         special = self._grad_scalers is not None or self._lr_scheduler_classes is not None
         if special or not gradients or any(g is None for g in gradients):
-            self.__dict__.get("_clipped", []).clear()
             return super().apply_gradients(gradients_dict)  # type: ignore[misc]
-        if not self._finite_by_clipping(gradients_dict) and not all_finite(gradients):
+        if not self._finite_by_clipping(seen, len(gradients)) and not all_finite(gradients):
             return super().apply_gradients(gradients_dict)  # type: ignore[misc]
         for pid, gradient in gradients_dict.items():
             param = self._params[pid]
