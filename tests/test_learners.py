@@ -15,7 +15,7 @@ import torch
 from helpers import unfused
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+from ray.rllib.utils.metrics import ALL_MODULES, NUM_ENV_STEPS_SAMPLED_LIFETIME
 from ray.rllib.utils.torch_utils import clip_gradients as rllib_clip_gradients
 
 from rl_app.cluster.resources import plan_resources
@@ -83,18 +83,20 @@ def test_ppo_learner_updates_exactly_as_rllibs(
     for learner in (theirs, ours_unfused):
         learner.set_state(ours.get_state())
     before = {k: t.clone() for k, t in ours.module[DEFAULT_MODULE_ID].state_dict().items()}
-    norms, stats = [], []
+    norms, stats, totals = [], [], []
     for learner in (ours_unfused, theirs, ours):
         np.random.seed(0)  # the minibatch shuffle
-        results = learner.update(
-            episodes=copy.deepcopy(episodes),  # RLlib's learner connector extends them in place
-            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: 256},
-            minibatch_size=minibatch_size,
-            num_epochs=num_epochs,
-            shuffle_batch_per_epoch=True,
-        )
+        for _ in range(2):  # the second update's results hold the first's lifetime sums
+            results = learner.update(
+                episodes=copy.deepcopy(episodes),  # RLlib's learner connector extends them in place
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: 256},
+                minibatch_size=minibatch_size,
+                num_epochs=num_epochs,
+                shuffle_batch_per_epoch=True,
+            )
         norms.append(results[DEFAULT_MODULE_ID]["gradients_default_optimizer_global_norm"].peek())
         stats.append({key: _number(s.peek()) for key, s in results[DEFAULT_MODULE_ID].items()})
+        totals.append(_peeked(results[ALL_MODULES]))
     mine, reference, fused = (
         learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours_unfused, theirs, ours)
     )
@@ -110,10 +112,15 @@ def test_ppo_learner_updates_exactly_as_rllibs(
     assert {k: v for k, v in stats[0].items() if k not in rates} == {
         k: v for k, v in stats[1].items() if k not in rates
     }
+    # The step counts, logged by ours once per update and by RLlib's per minibatch, sum alike.
+    assert totals[1]["num_env_steps_trained_lifetime"] > 0 and totals[1]["num_module_steps_trained"] > 0
+    assert {"num_module_steps_trained", "num_module_steps_trained_lifetime"} <= set(stats[1])
+    for mine_totals in (totals[0], totals[2]):
+        assert _counts(mine_totals) == _counts(totals[1])
     # Our loss ran on each of our minibatches, the statistics taken on the last of each update only.
-    assert len(losses) == len(cut) and losses.count(True) == 2
+    assert len(losses) == len(cut) and losses.count(True) == 4
     # Our two learners cut their minibatches from the columns: every one full-sized, over all epochs.
-    assert cut and set(cut) == {minibatch_size} and len(cut) >= 2 * num_epochs * 256 // minibatch_size
+    assert cut and set(cut) == {minibatch_size} and len(cut) >= 4 * num_epochs * 256 // minibatch_size
     env.close()
 
 
@@ -209,6 +216,24 @@ def test_a_clipped_step_with_non_finite_gradients_goes_rllibs_way(bad: float | N
     for key, tensor in ours.module[DEFAULT_MODULE_ID].state_dict().items():
         torch.testing.assert_close(tensor, theirs.module[DEFAULT_MODULE_ID].state_dict()[key], rtol=0, atol=0)
         assert tensor.isfinite().all(), key
+
+
+def _peeked(stats: dict[str, Any]) -> dict[str, Any]:
+    """A nested dict of RLlib ``Stats``, each read as a number."""
+    return {key: _peeked(s) if isinstance(s, dict) else _number(s.peek()) for key, s in stats.items()}
+
+
+def _counts(stats: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``_peeked`` results flattened, without the timings and rates (NaN read as "nan")."""
+    flat: dict[str, Any] = {}
+    for key, value in stats.items():
+        if "timer" in key or "throughput" in key:
+            continue
+        if isinstance(value, dict):
+            flat |= _counts(value, f"{prefix}{key}/")
+        else:
+            flat[prefix + key] = "nan" if isinstance(value, float) and math.isnan(value) else value
+    return flat
 
 
 def _number(value: Any) -> Any:

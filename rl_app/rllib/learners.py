@@ -46,7 +46,18 @@ from ray.rllib.core.learner.utils import update_target_network
 from ray.rllib.core.rl_module.apis import TargetNetworkAPI
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
-from ray.rllib.utils.metrics import LAST_TARGET_UPDATE_TS, NUM_ENV_STEPS_SAMPLED_LIFETIME, NUM_TARGET_UPDATES
+from ray.rllib.utils.metrics import (
+    ALL_MODULES,
+    LAST_TARGET_UPDATE_TS,
+    MODULE_TRAIN_BATCH_SIZE_MEAN,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_TRAINED,
+    NUM_ENV_STEPS_TRAINED_LIFETIME,
+    NUM_MODULE_STEPS_TRAINED,
+    NUM_MODULE_STEPS_TRAINED_LIFETIME,
+    NUM_TARGET_UPDATES,
+    WEIGHTS_SEQ_NO,
+)
 from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
 from ray.rllib.utils.torch_utils import clip_gradients as rllib_clip_gradients
 from ray.rllib.utils.torch_utils import explained_variance
@@ -245,6 +256,44 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
         if self._logs_this_minibatch():
             super()._compute_off_policyness(batch)
 
+    def _log_metrics(self, batch: MultiAgentBatch) -> None:
+        # RLlib's Prometheus step counters, incremented by the update's totals once.
+        minibatches = self._minibatches
+        if minibatches is None:
+            return super()._log_metrics(batch)  # type: ignore[no-any-return]
+        if minibatches.last:
+            count = minibatches.count
+            self._metrics_all_modules_num_env_steps_trained.inc(value=count * batch.env_steps())
+            self._metrics_all_modules_num_module_steps_trained.inc(
+                value=count * sum(len(b) for b in batch.policy_batches.values())
+            )
+        return None
+
+    def _log_steps_trained_metrics(self, batch: MultiAgentBatch) -> None:
+        # RLlib's (2.60) seven step counts per minibatch, logged once per update: ColumnMinibatches'
+        # minibatches are all one size, so the sums are count x size, the size's mean is the size
+        # and the throughputs (computed at each reduce) are the same.
+        minibatches = self._minibatches
+        if minibatches is None:
+            return super()._log_steps_trained_metrics(batch)  # type: ignore[no-any-return]
+        if not minibatches.last:
+            return None
+        count, metrics = minibatches.count, self.metrics
+        ((module_id, module_batch),) = batch.policy_batches.items()
+        size, env_steps = len(module_batch), batch.env_steps()
+        metrics.log_value((module_id, WEIGHTS_SEQ_NO), self._weights_seq_no, window=1)
+        metrics.log_value((module_id, MODULE_TRAIN_BATCH_SIZE_MEAN), size, reduce="mean")
+        metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED), count * size, reduce="sum")
+        for key, value, reduce in (
+            ((module_id, NUM_MODULE_STEPS_TRAINED_LIFETIME), count * size, "lifetime_sum"),
+            ((ALL_MODULES, NUM_MODULE_STEPS_TRAINED), count * size, "sum"),
+            ((ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), count * size, "lifetime_sum"),
+            ((ALL_MODULES, NUM_ENV_STEPS_TRAINED), count * env_steps, "sum"),
+            ((ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), count * env_steps, "lifetime_sum"),
+        ):
+            metrics.log_value(key, value, reduce=reduce, with_throughput=True)
+        return None
+
     def compute_loss_for_module(
         self, *, module_id: str, config: Any, batch: dict[str, Any], fwd_out: dict[str, Any]
     ) -> torch.Tensor:
@@ -333,9 +382,10 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
 class ColumnMinibatches:
     """The minibatches of RLlib's ``MiniBatchCyclicIterator`` (RLlib 2.60) for one module's flat
     tensor columns: the same rows in the same order, shuffled by the same ``np.random``
-    permutation at each epoch's end, cut from the columns with tensor slices where RLlib goes
-    through ``SampleBatch`` slices and ``concat_samples`` (profiled: ~0.7 ms of each ~3.9 ms
-    ppo_cartpole minibatch update). tests/test_learners.py holds the two to bit-equal updates."""
+    permutation at each epoch's end, each gathered from the columns with one ``index_select`` per
+    column (a slice while nothing is shuffled) where RLlib goes through ``SampleBatch`` slices and
+    ``concat_samples`` (profiled: ~0.7 ms of each ~3.9 ms ppo_cartpole minibatch update).
+    tests/test_learners.py holds the two to bit-equal updates."""
 
     # What RLlib 2.60's iterator keeps of its arguments.
     KNOWN = ("_batch", "_minibatch_size", "_num_epochs", "_shuffle_batch_per_epoch", "_num_total_minibatches")
@@ -348,6 +398,7 @@ class ColumnMinibatches:
         self._num_epochs = cyclic._num_epochs
         self._shuffle = cyclic._shuffle_batch_per_epoch
         self.last = False  # whether the minibatch last yielded is the update's final one
+        self.count = 0  # minibatches yielded, all of ``minibatch_size`` rows
 
     @staticmethod
     def refusal(cyclic: MiniBatchCyclicIterator) -> str | None:
@@ -370,23 +421,29 @@ class ColumnMinibatches:
 
     def __iter__(self) -> Iterator[MultiAgentBatch]:
         columns, size = self._columns, len(next(iter(self._columns.values())))
-        start, epochs = 0, 0
+        device = next(iter(columns.values())).device
+        # Rows of the original columns in RLlib's current (reshuffled) order: each minibatch is one
+        # gather per column, where shuffling the columns, slicing and concatenating cost a copy each.
+        order = np.arange(size)
+        start, epochs, shuffled = 0, 0, False
         while epochs < self._num_epochs:
             wanted, parts = self._minibatch_size, []
             while start + wanted >= size:  # to the end of the batch, then round again (RLlib's >=)
-                parts.append({key: value[start:] for key, value in columns.items()})
+                parts.append(order[start:])
                 wanted -= size - start
                 start, epochs = 0, epochs + 1
                 if self._shuffle:
-                    permutation = np.random.permutation(size)
-                    columns = {key: value[permutation] for key, value in columns.items()}
+                    order, shuffled = order[np.random.permutation(size)], True
             if wanted > 0:
-                parts.append({key: value[start : start + wanted] for key, value in columns.items()})
+                parts.append(order[start : start + wanted])
                 start += wanted
-            minibatch = (
-                parts[0] if len(parts) == 1 else {key: torch.cat([p[key] for p in parts]) for key in columns}
-            )
-            self.last = epochs >= self._num_epochs
+            if len(parts) == 1 and not shuffled:
+                first = int(parts[0][0])
+                minibatch = {key: value[first : first + len(parts[0])] for key, value in columns.items()}
+            else:
+                rows = torch.from_numpy(np.concatenate(parts)).to(device)
+                minibatch = {key: value.index_select(0, rows) for key, value in columns.items()}
+            self.last, self.count = epochs >= self._num_epochs, self.count + 1
             yield MultiAgentBatch({self._module_id: SampleBatch(minibatch)}, self._env_steps)
 
 
