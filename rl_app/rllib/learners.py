@@ -260,7 +260,7 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
         # RLlib's Prometheus step counters, incremented by the update's totals once.
         minibatches = self._minibatches
         if minibatches is None:
-            return super()._log_metrics(batch)  # type: ignore[no-any-return]
+            return super()._log_metrics(batch)
         if minibatches.last:
             count = minibatches.count
             self._metrics_all_modules_num_env_steps_trained.inc(value=count * batch.env_steps())
@@ -275,7 +275,7 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
         # and the throughputs (computed at each reduce) are the same.
         minibatches = self._minibatches
         if minibatches is None:
-            return super()._log_steps_trained_metrics(batch)  # type: ignore[no-any-return]
+            return super()._log_steps_trained_metrics(batch)
         if not minibatches.last:
             return None
         count, metrics = minibatches.count, self.metrics
