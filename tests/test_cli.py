@@ -50,3 +50,31 @@ def test_show_resolves_defaults_yaml_and_overrides(shipped: Path, capsys: pytest
     assert resolved["model"]["fcnet_hiddens"] == [64, 64]
     assert resolved["checkpoint"] == {"every": 20, "keep": 3, "replay_buffer": True}  # schema default
     assert "# resources on this machine:" in out
+
+
+def test_the_command_ends_with_its_exit_code_its_output_and_every_exit_handler(
+    shipped: Path, tmp_path: Path
+) -> None:
+    """``rl_app`` ends without the interpreter's teardown, after every exit handler has run."""
+    listing = subprocess.run(
+        [sys.executable, "-m", "rl_app", "list"], capture_output=True, text=True, timeout=120
+    )
+    assert listing.returncode == 0 and "ppo_cartpole" in listing.stdout and listing.stdout.endswith("\n")
+    refused = subprocess.run(
+        [sys.executable, "-m", "rl_app", "train", "nosuch"], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2 and refused.stderr.startswith("rl_app: error: unknown experiment 'nosuch'")
+    late_handler = (
+        "import atexit, logging, sys\n"
+        "from rl_app import cli\n"
+        "logging.basicConfig(filename=sys.argv[1])\n"
+        "atexit.register(lambda: (print('late handler ran'), logging.warning('logged at exit')))\n"
+        "sys.argv = ['rl_app', 'list']\n"
+        "cli.run()\n"
+    )
+    log = tmp_path / "exit.log"
+    ran = subprocess.run(
+        [sys.executable, "-c", late_handler, str(log)], capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0 and ran.stdout.endswith("late handler ran\n")
+    assert "logged at exit" in log.read_text()

@@ -121,6 +121,66 @@ def test_system_monitor_counts_the_cpu_of_child_processes() -> None:
     assert usage["memory_mb"] > 50
 
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_reward_curve_is_drawn_by_the_helper_process_else_here(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rl_app.console import plots
+
+    progress = runs["ppo_cartpole"] / "progress.csv"
+    drawn_here: list[Path] = []
+    draw_here = plots.plot_reward_curve
+
+    def spy(progress_csv: Path, out_png: Path, title: str) -> Path:
+        drawn_here.append(out_png)
+        return draw_here(progress_csv, out_png, title)
+
+    monkeypatch.setattr(plots, "plot_reward_curve", spy)  # this process only; the helper draws its own
+    curve = plots.RewardCurveProcess()
+    curve.draw(progress, tmp_path / "helper.png", "by the helper")
+    assert curve.wait() == tmp_path / "helper.png" and not drawn_here
+    assert (tmp_path / "helper.png").read_bytes()[:8] == PNG_MAGIC
+
+    gone = plots.RewardCurveProcess()
+    gone.close()  # the helper died before the run ended: this process draws
+    gone.draw(progress, tmp_path / "here.png", "here")
+    assert gone.wait() == tmp_path / "here.png" and drawn_here == [tmp_path / "here.png"]
+    assert (tmp_path / "here.png").read_bytes()[:8] == PNG_MAGIC
+
+    refused = plots.RewardCurveProcess()
+    refused.draw(progress, tmp_path / "no such folder" / "curve.png", "refused")
+    with pytest.raises(OSError):  # the helper fails; drawing here raises the disk's error
+        refused.wait()
+
+    unasked = plots.RewardCurveProcess()
+    helper = unasked._process
+    assert helper is not None and helper.poll() is None
+    assert unasked.wait() is None  # a run that ended without asking stops its helper
+    assert helper.poll() is not None
+
+
+def test_the_reward_curve_shows_an_evaluation_of_an_iteration_without_training_episodes(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    import csv
+
+    from rl_app.console.plots import reward_curve_rows
+
+    with (runs["ppo_cartpole"] / "progress.csv").open() as handle:
+        progress = list(csv.DictReader(handle))
+    progress[-1] |= {"return_mean": "nan", "eval_return_mean": "483.2"}  # as ppo_cartpole's solving one
+    edited = tmp_path / "progress.csv"
+    with edited.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(progress[0]))
+        writer.writeheader()
+        writer.writerows(progress)
+    trained, evaluated = reward_curve_rows(edited)
+    assert len(trained) == sum(not math.isnan(float(r["return_mean"] or "nan")) for r in progress) >= 1
+    assert [r["eval_return_mean"] for r in evaluated][-1] == pytest.approx(483.2)
+
+
 def test_tensorboard_events_hold_what_add_scalar_would_write(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboardX import SummaryWriter

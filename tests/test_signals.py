@@ -100,3 +100,19 @@ def test_a_signal_inside_an_env_step_still_stops_gracefully(tmp_path: Path) -> N
     (run_dir,) = (tmp_path / "runs" / "selfstop").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["stop_reason"] == "interrupted (SIGTERM)"
+
+
+def test_a_signal_during_rays_shutdown_waits_for_it_to_end() -> None:
+    """A second Ctrl-C that lands in ``ray.shutdown()`` is raised once the shutdown is over."""
+    from rl_app.cluster.session import _signals_held
+
+    finished = []
+    before = signal.getsignal(signal.SIGINT)
+    raised = pytest.raises(KeyboardInterrupt, match="SIGTERM during the test's block")
+    with raised, _signals_held("the test's block"):
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the handlers run between these bytecodes, and only record
+        finished.append(True)
+    assert finished == [True]
+    assert signal.getsignal(signal.SIGINT) is before

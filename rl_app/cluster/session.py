@@ -6,6 +6,7 @@ import gc
 import importlib
 import logging
 import os
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -151,10 +152,32 @@ def shutdown_ray(local: bool) -> None:
     """
     import ray
 
-    if local:
-        for process in _autoscaler_monitors():
-            process.kill()
-    ray.shutdown()
+    with _signals_held("Ray's shutdown"):
+        if local:
+            for process in _autoscaler_monitors():
+                process.kill()
+        ray.shutdown()
+
+
+_STOPPING = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _signals_held(during: str) -> Iterator[None]:
+    """SIGINT and SIGTERM wait for the block to end, then raise KeyboardInterrupt: a Ctrl-C inside
+    ``ray.shutdown()`` would leave Ray's processes half stopped and the driver exiting with 1."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _: received.append(signum)) for sig in _STOPPING}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        raise KeyboardInterrupt(f"{signal.Signals(received[0]).name} during {during}")
 
 
 def _autoscaler_monitors() -> list[Any]:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +28,20 @@ def _pyplot() -> Any:
     return plt
 
 
+def reward_curve_rows(progress_csv: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The progress rows with a training return, and those with an evaluation return: an iteration
+    where no training episode ended can still have evaluated (a run's last, solving one often)."""
+    progress = read_progress(progress_csv)
+    return (
+        [r for r in progress if not math.isnan(r["return_mean"])],
+        [r for r in progress if not math.isnan(r["eval_return_mean"])],
+    )
+
+
 def plot_reward_curve(progress_csv: Path, out_png: Path, title: str) -> Path:
     """Episode return vs timesteps: the mean line with the min/max band, eval returns as dots."""
     plt = _pyplot()
-    rows = [r for r in read_progress(progress_csv) if not math.isnan(r["return_mean"])]
+    rows, evals = reward_curve_rows(progress_csv)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     if rows:
         steps = [r["timesteps"] for r in rows]
@@ -38,19 +53,18 @@ def plot_reward_curve(progress_csv: Path, out_png: Path, title: str) -> Path:
             label="episode return min-max",
         )
         ax.plot(steps, [r["return_mean"] for r in rows], lw=2, label="episode return mean")
-        evals = [r for r in rows if not math.isnan(r["eval_return_mean"])]
-        if evals:
-            ax.plot(
-                [r["timesteps"] for r in evals],
-                [r["eval_return_mean"] for r in evals],
-                "o",
-                label="evaluation return mean",
-            )
+    if evals:
+        ax.plot(
+            [r["timesteps"] for r in evals],
+            [r["eval_return_mean"] for r in evals],
+            "o",
+            label="evaluation return mean",
+        )
     ax.set_xlabel("environment timesteps")
     ax.set_ylabel("episode return")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    if rows:
+    if rows or evals:
         ax.legend(loc="best")
     else:
         ax.text(0.5, 0.5, "no episode finished yet", ha="center", va="center", transform=ax.transAxes)
@@ -58,6 +72,70 @@ def plot_reward_curve(progress_csv: Path, out_png: Path, title: str) -> Path:
     fig.savefig(out_png)
     plt.close(fig)
     return out_png
+
+
+class RewardCurveProcess:
+    """Draws a run's reward curve in a helper process started as training starts: matplotlib
+    (~0.3 s to import) loads there meanwhile, and the drawing overlaps Ray's shutdown. Where the
+    helper cannot start or fails, :meth:`wait` draws the curve in this process."""
+
+    def __init__(self) -> None:
+        self._asked: tuple[Path, Path, str] | None = None
+        self._process: subprocess.Popen[str] | None = None
+        with contextlib.suppress(OSError):  # no helper: wait() draws here
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "rl_app.console.plots"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+
+    def draw(self, progress_csv: Path, out_png: Path, title: str) -> None:
+        """Ask for the reward curve of ``progress_csv``; :meth:`wait` returns once it is written."""
+        self._asked = (progress_csv, out_png, title)
+        if self._process is None:
+            return
+        try:
+            assert self._process.stdin is not None
+            self._process.stdin.write(json.dumps([str(progress_csv), str(out_png), title]) + "\n")
+            self._process.stdin.close()
+        except OSError:  # the helper is gone: wait() draws here
+            self.close()
+
+    def wait(self, timeout_s: float = 60.0) -> Path | None:
+        """The PNG asked for (None if nothing was), drawn here where the helper failed: this then
+        raises what drawing raises (OSError for a disk that refuses it)."""
+        if self._asked is None:
+            self.close()
+            return None
+        if self._process is not None:
+            try:
+                if self._process.wait(timeout=timeout_s) == 0:
+                    return self._asked[1]
+            except subprocess.TimeoutExpired:
+                self.close()
+        return plot_reward_curve(*self._asked)
+
+    def close(self) -> None:
+        """Stop the helper if it still runs (a run that ends without asking for its curve)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+
+
+def _draw_when_asked() -> int:
+    """``python -m rl_app.console.plots``, :class:`RewardCurveProcess`'s helper: import matplotlib,
+    then draw the reward curve asked for on stdin (one JSON line: progress.csv, PNG, title)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the terminal is for the training run
+    _pyplot()
+    asked = sys.stdin.readline()
+    if not asked:  # the run ended without asking
+        return 0
+    progress_csv, out_png, title = json.loads(asked)
+    plot_reward_curve(Path(progress_csv), Path(out_png), title)
+    return 0
 
 
 def _run_title(run_dir: Path) -> str:
@@ -230,3 +308,7 @@ def plot_hyperparameters(trials: list[Any], space: dict[str, Any], metric: str, 
     fig.savefig(out_png)
     plt.close(fig)
     return out_png
+
+
+if __name__ == "__main__":
+    sys.exit(_draw_when_asked())

@@ -7,7 +7,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,8 +96,11 @@ class TrainingRun:
         mirror: RunMirror | None = None,
         start: StartPoint | None = None,
     ) -> None:
+        from rl_app.console.plots import RewardCurveProcess
+
         self.loop, self.run_dir, self.printer, self.mirror = loop, run_dir, printer, mirror
         self.start = start or StartPoint()
+        self.reward_curve = RewardCurveProcess()
 
     @property
     def experiment(self) -> ExperimentConfig:
@@ -205,21 +208,33 @@ class TrainingRun:
         return now[0], now[1]
 
     def _finish(self, summary: RunSummary) -> None:
-        from rl_app.console.plots import plot_reward_curve
-
+        """The summary and status written, the reward curve asked for (:meth:`complete` waits)."""
         try:
             write_json(self.run_dir / "summary.json", {**asdict(summary), "experiment": self.loop.name})
             write_status(self.run_dir, summary.status, stop_reason=summary.stop_reason)
-            plot_reward_curve(
-                self.run_dir / "progress.csv",
-                self.run_dir / "reward_curve.png",
-                f"{self.loop.name} ({self.experiment.algorithm} on {self.experiment.env.id})",
-            )
         except OSError as exc:  # the disk that refused a checkpoint may refuse these too
-            self.printer.console.print(f"[yellow]warning:[/yellow] cannot write the run summary: {exc}")
+            self._cannot_write_summary(exc)
             return
-        if self.mirror is not None:
+        self.reward_curve.draw(
+            self.run_dir / "progress.csv",
+            self.run_dir / "reward_curve.png",
+            f"{self.loop.name} ({self.experiment.algorithm} on {self.experiment.env.id})",
+        )
+
+    def complete(self) -> None:
+        """After the run (and Ray's shutdown, which the curve's drawing overlaps): the reward curve
+        written, then the run's final files mirrored."""
+        try:
+            drawn = self.reward_curve.wait()
+        except OSError as exc:
+            self._cannot_write_summary(exc)
+            return
+        if drawn is not None and self.mirror is not None:
             self.mirror.sync("progress.csv", "summary.json", "status.json", "reward_curve.png", "tensorboard")
+
+    def _cannot_write_summary(self, exc: OSError) -> None:
+        self.reward_curve.close()
+        self.printer.console.print(f"[yellow]warning:[/yellow] cannot write the run summary: {exc}")
 
 
 def train(
@@ -261,7 +276,8 @@ def train(
         if algorithm_spec(experiment.algorithm).backend == "rllib"
         else this_machine()  # the tabular baseline runs in this process: no Ray to start
     )
-    with session as cluster:
+    # Closed after the session (Ray shut down): it waits for what overlapped the shutdown.
+    with ExitStack() as after_ray, session as cluster:
         from rl_app.console.progress import ProgressPrinter
         from rl_app.training.learners import prepare_learner
         from rl_app.training.loop import TrainingLoop
@@ -323,7 +339,9 @@ def train(
                 if mirror
                 else None
             )
-            summary = TrainingRun(loop, run_dir, printer, syncing, start).run()
+            training_run = TrainingRun(loop, run_dir, printer, syncing, start)
+            after_ray.callback(training_run.complete)
+            summary = training_run.run()
         finally:
             loop.learner.stop()
     if plan.resume_checkpoint is not None:
