@@ -119,10 +119,14 @@ class RewardCurveProcess:
 
     def close(self) -> None:
         """Stop the helper if it still runs (a run that ends without asking for its curve)."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
-        self._process = None
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdin is not None and not process.stdin.closed:
+            process.stdin.close()
 
 
 def _draw_when_asked() -> int:
