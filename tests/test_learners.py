@@ -72,16 +72,12 @@ def test_ppo_learner_updates_exactly_as_rllibs(
     episodes = env_runner_class(True, 20, fast=True)(config=config).sample(num_timesteps=256)
     env = gym.make("CartPole-v1")
     spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
-    ours = config.build_learner(spaces=spaces)
+    ours, theirs = _ours_and_rllibs(config, spaces)
     assert all(optimizer.defaults["fused"] for optimizer in ours._named_optimizers.values())
-    theirs = (
-        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
-    )
     exact = config.copy(copy_frozen=False).learners(learner_class=unfused(BatchedStepPPOLearner))
     ours_unfused = exact.build_learner(spaces=spaces)
     assert not any(optimizer.defaults["fused"] for optimizer in ours_unfused._named_optimizers.values())
-    for learner in (theirs, ours_unfused):
-        learner.set_state(ours.get_state())
+    ours_unfused.set_state(ours.get_state())
     before = {k: t.clone() for k, t in ours.module[DEFAULT_MODULE_ID].state_dict().items()}
     norms, stats, totals = [], [], []
     for learner in (ours_unfused, theirs, ours):
@@ -142,11 +138,7 @@ def test_ppo_categorical_loss_is_rllibs_with_vanishing_probabilities(
     loaded = load_experiment("ppo_cartpole", overrides)
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     spaces = {DEFAULT_MODULE_ID: (gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(3))}
-    ours = config.build_learner(spaces=spaces)
-    theirs = (
-        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
-    )
-    theirs.set_state(ours.get_state())
+    ours, theirs = _ours_and_rllibs(config, spaces)
     generator = torch.Generator().manual_seed(0)
     rows = 12
     logits = torch.randn(rows, 3, generator=generator)
@@ -198,11 +190,7 @@ def test_a_clipped_step_with_non_finite_gradients_goes_rllibs_way(bad: float | N
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     config = config.copy(copy_frozen=False).learners(learner_class=unfused(BatchedStepPPOLearner))
     spaces = {DEFAULT_MODULE_ID: (gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2))}
-    ours = config.build_learner(spaces=spaces)
-    theirs = (
-        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
-    )
-    theirs.set_state(ours.get_state())
+    ours, theirs = _ours_and_rllibs(config, spaces)
     generator = torch.Generator().manual_seed(0)
     gradients = [torch.randn(p.shape, generator=generator) for p in ours._params.values()]
     if bad is not None:
@@ -216,6 +204,16 @@ def test_a_clipped_step_with_non_finite_gradients_goes_rllibs_way(bad: float | N
     for key, tensor in ours.module[DEFAULT_MODULE_ID].state_dict().items():
         torch.testing.assert_close(tensor, theirs.module[DEFAULT_MODULE_ID].state_dict()[key], rtol=0, atol=0)
         assert tensor.isfinite().all(), key
+
+
+def _ours_and_rllibs(config: Any, spaces: dict[str, Any]) -> tuple[Any, Any]:
+    """The learner ``config`` builds, and RLlib's PPO torch learner started from its state."""
+    ours = config.build_learner(spaces=spaces)
+    theirs = (
+        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
+    )
+    theirs.set_state(ours.get_state())
+    return ours, theirs
 
 
 def _peeked(stats: dict[str, Any]) -> dict[str, Any]:
