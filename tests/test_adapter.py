@@ -188,6 +188,64 @@ def test_sac_critic_is_one_mlp_over_observation_and_action_as_in_the_sac_paper(s
     env.close()
 
 
+def test_the_concat_critic_modules_training_pass_is_rllibs_to_the_bit(shipped: Path) -> None:
+    """Our SAC module computes RLlib's training pass with less around it: the same outputs and the
+    same gradients, bit for bit, from the same weights and torch seed."""
+    import dataclasses
+
+    import gymnasium
+    import torch
+    from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
+    from ray.rllib.core.columns import Columns
+
+    from rl_app.rllib.catalog import ConcatCriticSACTorchRLModule
+
+    config, _ = build("sac_pendulum")
+    spec = config.get_rl_module_spec(env=gymnasium.make("Pendulum-v1"))
+    spec.observation_space = gymnasium.spaces.Box(-5.0, 5.0, (5,))
+    spec.action_space = gymnasium.spaces.Box(-2.0, 2.0, (3,))
+    assert spec.module_class is ConcatCriticSACTorchRLModule
+    ours = spec.build()
+    theirs = dataclasses.replace(spec, module_class=DefaultSACTorchRLModule).build()
+    theirs.load_state_dict(ours.state_dict())
+    for module in (ours, theirs):
+        module.make_target_networks()
+        with torch.no_grad():  # targets that differ from the critics, as after some training
+            for target in module.target_qf.parameters():
+                target.mul_(0.5)
+    batch = {
+        Columns.OBS: torch.randn(64, 5),
+        Columns.NEXT_OBS: torch.randn(64, 5),
+        Columns.ACTIONS: torch.rand(64, 3) * 2 - 1,
+    }
+    read_by_loss = (
+        *("qf_preds", "qf_twin_preds", "q_curr"),
+        *("logp_resampled", "q_target_next", "logp_next_resampled"),
+    )
+    outputs = []
+    for module in (ours, theirs):
+        torch.manual_seed(7)
+        out = module._forward_train(batch)
+        weights = torch.Generator().manual_seed(3)
+        # What RLlib's continuous SAC loss reads (the next state's logits are not among them: ours
+        # has no graph behind them, RLlib's has one that no loss uses).
+        loss = sum((out[key] * torch.rand(out[key].shape, generator=weights)).sum() for key in read_by_loss)
+        module.zero_grad(set_to_none=True)
+        loss.backward()
+        outputs.append((out, {name: p.grad for name, p in module.named_parameters()}))
+    (our_out, our_grads), (their_out, their_grads) = outputs
+    assert sorted(our_out) == sorted(their_out)
+    for key in their_out:
+        assert torch.equal(our_out[key], their_out[key]), key
+    assert our_out["q_curr"].requires_grad and not our_out["q_target_next"].requires_grad
+    assert sorted(our_grads) == sorted(their_grads)
+    for name, grad in their_grads.items():
+        assert (grad is None) == (our_grads[name] is None), name
+        assert grad is None or torch.equal(our_grads[name], grad), name
+    assert all(p.requires_grad for p in ours.qf.parameters())  # the critics' weights train again
+    assert any(g is not None and g.abs().sum() > 0 for g in our_grads.values())
+
+
 def test_a_sac_critic_setting_that_does_not_apply_is_refused(shipped: Path) -> None:
     with pytest.raises(ConfigError, match=r"model.sac_critic: applies to SAC, not PPO"):
         build("ppo_cartpole", "model.sac_critic=concat")

@@ -118,9 +118,11 @@ def _catalog_class(experiment: ExperimentConfig, source: str) -> Any:
 def _module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: str) -> Any:
     """RLlib's module spec where the experiment needs other than RLlib's default module: image
     observations (our module that takes them as the env makes them) or our catalog; None otherwise."""
+    from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from rl_app.envs import observation_space
+    from rl_app.rllib.catalog import ConcatCriticSACCatalog, ConcatCriticSACTorchRLModule
     from rl_app.rllib.pixels import image_module_class, is_image_space
 
     default_spec: Any = config.get_default_rl_module_spec()
@@ -135,6 +137,8 @@ def _module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: 
                 f"(image observations {space.shape} {space.dtype} train with PPO, APPO, IMPALA or DQN)",
             )
     catalog_class = _catalog_class(experiment, source)
+    if catalog_class is ConcatCriticSACCatalog and module_class is DefaultSACTorchRLModule:
+        module_class = ConcatCriticSACTorchRLModule
     if module_class is default_spec.module_class and catalog_class is None:
         return None
     return RLModuleSpec(module_class=module_class, catalog_class=catalog_class)
