@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import unittest.mock
 from typing import Any
 
 import gymnasium as gym
@@ -268,3 +269,48 @@ def test_column_minibatches_are_rllibs_cyclic_minibatches(minibatch_size: int, s
         assert mine.keys() == reference.keys()
         for key, value in reference.items():
             assert torch.equal(torch.as_tensor(mine[key]), torch.as_tensor(value)), key
+
+
+def test_ppo_in_the_driver_gives_its_runner_the_weights_in_place_as_rllib_does(ray_session: None) -> None:
+    """ppo_cartpole samples in the driver: our PPO step copies the learner's weights into the runner
+    in place instead of RLlib's sync_weights (numpy, object store, new tensors). Three steps of each
+    from the same seed: the same learner and runner weights, weights sequence numbers and
+    off-policyness statistics (which read the sequence numbers the episodes carry)."""
+    from ray.rllib.algorithms.ppo.ppo import PPO
+    from ray.rllib.utils.metrics import DIFF_NUM_GRAD_UPDATES_VS_SAMPLER_POLICY, LEARNER_RESULTS
+
+    from rl_app.rllib.driver import DriverPPO, local_learner
+
+    loaded = load_experiment("ppo_cartpole", ("evaluation.interval=0",))
+    config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+    results = []
+    for ours in (True, False):
+        algo = config.build_algo()
+        assert isinstance(algo, DriverPPO) and algo.env_runner_group.num_remote_workers() == 0
+        syncs = unittest.mock.Mock(wraps=algo.env_runner_group.sync_weights)
+        algo.env_runner_group.sync_weights = syncs
+        try:
+            for _ in range(3):
+                algo.training_step() if ours else PPO.training_step(algo)
+            assert syncs.call_count == (0 if ours else 3)
+            learner = local_learner(algo.learner_group)
+            off_policyness = algo.metrics.peek(
+                (LEARNER_RESULTS, DEFAULT_MODULE_ID, DIFF_NUM_GRAD_UPDATES_VS_SAMPLER_POLICY)
+            )
+            results.append(
+                (
+                    {k: v.clone() for k, v in learner.module[DEFAULT_MODULE_ID].state_dict().items()},
+                    {k: v.clone() for k, v in algo.env_runner.module.state_dict().items()},
+                    (learner._weights_seq_no, algo.env_runner._weights_seq_no, off_policyness),
+                )
+            )
+        finally:
+            algo.stop()
+    (weights, runner_weights, counts), (their_weights, their_runner_weights, their_counts) = results
+    assert counts == their_counts and counts[0] == counts[1] > 0
+    for key, tensor in weights.items():
+        torch.testing.assert_close(tensor, their_weights[key], rtol=0, atol=0, msg=key)
+    assert runner_weights.keys() == their_runner_weights.keys() and len(runner_weights) < len(weights)
+    for key, tensor in runner_weights.items():
+        torch.testing.assert_close(tensor, their_runner_weights[key], rtol=0, atol=0, msg=key)
+        torch.testing.assert_close(tensor, weights[key], rtol=0, atol=0, msg=key)

@@ -174,6 +174,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     from rl_app.envs import has_training_only_wrappers
+    from rl_app.rllib.driver import DriverPPO
     from rl_app.rllib.env_runner import env_runner_class
     from rl_app.rllib.learners import BatchedStepPPOLearner
     from rl_app.rllib.offpolicy import use_array_replay
@@ -222,6 +223,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         config.reporting(min_time_s_per_iteration=None)
     use_array_replay(experiment, config)
     if experiment.algorithm == "PPO":
+        config.algo_class = DriverPPO
         config.learners(learner_class=BatchedStepPPOLearner)
     module_spec = _module_spec(experiment, config, source)
     if module_spec is not None:

@@ -49,6 +49,7 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from rl_app.rllib.driver import in_place_sync
 from rl_app.rllib.learners import BatchedStepDQNLearner, BatchedStepSACLearner
 
 STATE_FORMAT = "rl_app.array_replay/1"  # marks our buffer state (RLlib's own state has "episodes")
@@ -363,7 +364,7 @@ class _ArrayReplayTrainingStep:
 
     def _rounds_in_one_process(self, learner: Any) -> None:
         runner = self.env_runner
-        runner_weights, learner_weights = matching_weights(runner.module, learner.module[DEFAULT_MODULE_ID])
+        sync = in_place_sync(runner, learner) or self._sync_runners
         updated = False
 
         def update(batch: MultiAgentBatch, minibatch: int | None, timesteps: dict[str, Any]) -> list[Any]:
@@ -382,9 +383,6 @@ class _ArrayReplayTrainingStep:
             if td_errors:
                 learner.metrics.delete(*key)
             return td_errors
-
-        def sync() -> None:
-            torch._foreach_copy_(runner_weights, learner_weights)
 
         minimum = self.config.min_sample_timesteps_per_iteration or 0
         sampled = 0
@@ -496,16 +494,6 @@ def concatenated(td_errors: list[Any]) -> np.ndarray:
     return np.concatenate(
         [t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in td_errors]
     )
-
-
-def matching_weights(
-    runner_module: Any, learner_module: Any
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The runner module's tensors (its inference-only twin) and the learner module's of the same
-    names, in one order, for an in-place copy."""
-    source = learner_module.state_dict()
-    targets = runner_module.state_dict()
-    return list(targets.values()), [source[name] for name in targets]
 
 
 class ArrayReplayDQN(_ArrayReplayTrainingStep, DQN):
