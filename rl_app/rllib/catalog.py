@@ -32,7 +32,8 @@ from ray.rllib.core.models.base import ENCODER_OUT
 from ray.rllib.core.models.configs import CNNEncoderConfig, MLPEncoderConfig, MLPHeadConfig
 from ray.rllib.core.models.torch.encoder import TorchMLPEncoder
 from ray.rllib.core.models.torch.heads import TorchMLPHead
-from ray.rllib.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT
+
+from rl_app.rllib.distributions import draw_squashed_gaussian
 
 HIDDEN_GAIN = math.sqrt(2)
 POLICY_OUTPUT_GAIN = 0.01
@@ -128,11 +129,12 @@ class ConcatCriticSACTorchRLModule(DefaultSACTorchRLModule):
             output[key] = _critic(encoder, head, obs, batch[Columns.ACTIONS])
         output[Columns.ACTION_DIST_INPUTS] = action_logits
         # Drawn in RLlib's order: the current state's reparameterized actions, then the next state's.
-        actions_resampled, output["logp_resampled"] = _squashed_gaussian(action_logits, reparameterized=True)
+        actions_resampled, logp_resampled = draw_squashed_gaussian(action_logits, reparameterized=True)
+        output["logp_resampled"] = logp_resampled
         with torch.no_grad():
             action_logits_next = self.pi(self.pi_encoder({Columns.OBS: next_obs})[ENCODER_OUT])
             output[ACTION_DIST_INPUTS_NEXT] = action_logits_next
-            actions_next, output["logp_next_resampled"] = _squashed_gaussian(
+            actions_next, output["logp_next_resampled"] = draw_squashed_gaussian(
                 action_logits_next, reparameterized=False
             )
         # The actor's loss reaches the actor through the critics, not the critics' weights.
@@ -164,25 +166,3 @@ def _plain_critic(encoder: Any, head: Any) -> bool:
 def _critic(encoder: Any, head: Any, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """RLlib's ``_qf_forward_train_helper(squeeze=True)`` for a :func:`_plain_critic`."""
     return head.net(encoder.net(torch.cat([obs, actions], dim=-1))).squeeze(-1)
-
-
-def _squashed_gaussian(logits: torch.Tensor, reparameterized: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """``TorchSquashedGaussian.from_logits(logits)``'s ``rsample_and_logp()`` (or, not
-    reparameterized, ``sample_and_logp()``) in RLlib 2.60 and torch's ``Normal``, without the two
-    distribution objects: the same operations on the same RNG, in the same order (the order in which
-    a tensor's uses are recorded is the order in which backward sums their gradients)."""
-    loc, log_std = logits.chunk(2, dim=-1)
-    scale = torch.clamp(log_std, MIN_LOG_NN_OUTPUT, MAX_LOG_NN_OUTPUT).exp()
-    loc, scale = torch.broadcast_tensors(loc, scale)  # Normal's broadcast_all
-    if reparameterized:
-        unsquashed = loc + torch.empty(loc.shape, dtype=loc.dtype, device=loc.device).normal_() * scale
-    else:
-        with torch.no_grad():
-            unsquashed = torch.normal(loc, scale)
-    squashed = torch.clamp(((torch.tanh(unsquashed) + 1.0) / 2.0) * 2.0 + -1.0, -1.0, 1.0)
-    var = scale**2
-    log_scale = scale.log()
-    normal_logp = -((unsquashed - loc) ** 2) / (2 * var) - log_scale - math.log(math.sqrt(2 * math.pi))
-    logp = normal_logp.sum(-1)
-    jacobian = 2.0 * (math.log(2.0) - unsquashed - torch.nn.functional.softplus(-2.0 * unsquashed))
-    return squashed, logp - jacobian.sum(-1)

@@ -45,7 +45,10 @@ def matching_weights(
 
 def in_place_sync(runner: Any, learner: Any) -> Callable[[], None] | None:
     """A function that gives ``runner`` the weights of ``learner`` (both in this process) as
-    RLlib's ``sync_weights`` would, in place; None where the two modules live on different devices."""
+    RLlib's ``sync_weights`` would, in place; None where the learner has no single default module or
+    the two modules live on different devices."""
+    if set(learner.module.keys()) != {DEFAULT_MODULE_ID}:
+        return None
     runner_weights, learner_weights = matching_weights(runner.module, learner.module[DEFAULT_MODULE_ID])
     if any(r.device != w.device for r, w in zip(runner_weights, learner_weights, strict=True)):
         return None

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
-from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical, TorchSquashedGaussian
 from ray.rllib.env.env_runner import ENV_STEP_FAILURE
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
@@ -37,6 +37,7 @@ from ray.rllib.utils.metrics import RLMODULE_INFERENCE_TIMER, WEIGHTS_SEQ_NO
 from ray.rllib.utils.spaces.space_utils import batch, clip_action, get_base_struct_from_space, unsquash_action
 
 from rl_app.envs import has_native_vector_env, observation_space
+from rl_app.rllib.distributions import sample_categorical, sample_squashed_gaussian
 from rl_app.rllib.env_runner import RLAppEnvRunner
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,9 @@ def _pipeline_refusal(runner: Any) -> str | None:
     return None
 
 
+# RLlib's exploration distributions that rl_app.rllib.distributions samples as plain tensor operations.
+PLAIN_SAMPLERS = {TorchCategorical: sample_categorical, TorchSquashedGaussian: sample_squashed_gaussian}
+
 _NARROWER = {np.dtype(np.int64): np.int32, np.dtype(np.float64): np.float32}
 
 
@@ -119,15 +123,6 @@ def _to_tensor(array: np.ndarray) -> Any:
     """RLlib's ``convert_to_torch_tensor`` for one CPU array: floats become float32."""
     tensor = torch.from_numpy(array)
     return tensor.float() if tensor.is_floating_point() and tensor.dtype != torch.float16 else tensor
-
-
-def _sample_categorical(logits: Any) -> tuple[Any, Any]:
-    """``TorchCategorical.from_logits(logits)``'s ``sample()`` and ``logp()``, the same operations
-    on the same torch RNG, without building the distribution objects (a third of a step's time)."""
-    normalized = logits - logits.logsumexp(dim=-1, keepdim=True)
-    probs = torch.nn.functional.softmax(normalized, dim=-1)
-    actions = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
-    return actions, normalized.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
 
 def _to_numpy(tensor: Any) -> np.ndarray:
@@ -178,10 +173,9 @@ class FastEnvRunner(RLAppEnvRunner):
                     dist_class = module.get_exploration_action_dist_cls()
                 else:
                     dist_class = module.get_inference_action_dist_cls()
-                if explore and dist_class is TorchCategorical:
-                    out[Columns.ACTIONS], out[Columns.ACTION_LOGP] = _sample_categorical(
-                        out[Columns.ACTION_DIST_INPUTS]
-                    )
+                plain = PLAIN_SAMPLERS.get(dist_class) if explore and Columns.ACTION_LOGP not in out else None
+                if plain is not None:
+                    out[Columns.ACTIONS], out[Columns.ACTION_LOGP] = plain(out[Columns.ACTION_DIST_INPUTS])
                     return {
                         key: _to_numpy(value) for key, value in out.items() if isinstance(value, torch.Tensor)
                     }
