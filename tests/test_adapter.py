@@ -22,7 +22,7 @@ def test_ppo_settings_reach_rllib(shipped: Path) -> None:
     config, plan = build(
         "ppo_cartpole", "training.lambda=0.95", "seed=11", "env_runners.num_env_runners=auto"
     )
-    assert config.lr == [[0, pytest.approx(1e-3)], [100_000, 0.0]]  # a schedule, as RLlib takes it
+    assert config.lr == [[0, pytest.approx(2e-3)], [100_000, 0.0]]  # a schedule, as RLlib takes it
     assert config.lambda_ == pytest.approx(0.95)
     assert config.num_epochs == 20 and config.minibatch_size == 256
     assert config.vf_clip_param == pytest.approx(10_000)
