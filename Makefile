@@ -106,7 +106,7 @@ test: setup ## the full test suite, learning tests included
 test-fast: setup ## everything but the slow learning tests
 	$(BIN)/python -m pytest tests -m "not slow"
 
-bench: setup ## rl_app vs Stable-Baselines3 (PPO and DQN time to solve, seeds 0-4), sampling, learner, start-up (~25 min)
+bench: setup ## rl_app vs Stable-Baselines3 (PPO and DQN time to solve, seeds 0-4), sampling, learner, start-up (~27 min)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python bench/compare.py $(ARGS)
 	$(BIN)/python bench/learner.py
