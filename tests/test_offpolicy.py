@@ -400,18 +400,20 @@ def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: No
             weights = learner_state["learner"]["rl_module"][DEFAULT_MODULE_ID]
             runner_weights = {k: v.clone() for k, v in algo.env_runner.module.state_dict().items()}
             # The runner's weights sequence number, which its next episodes carry: as RLlib's sync sets it.
-            runner_weights["seq_no"] = torch.tensor(algo.env_runner._weights_seq_no)
-            results.append((weights, runner_weights, algo.local_replay_buffer.get_state()))
+            seq_no = algo.env_runner._weights_seq_no
+            results.append((weights, runner_weights, seq_no, algo.local_replay_buffer.get_state()))
         finally:
             algo.stop()
-    (weights, runner_weights, buffer), (their_weights, their_runner_weights, their_buffer) = results
+    (
+        (weights, runner_weights, seq_no, buffer),
+        (their_weights, their_runner_weights, their_seq_no, their_buffer),
+    ) = results
     for key, value in weights.items():
         np.testing.assert_array_equal(value, their_weights[key], err_msg=key)
-    assert runner_weights["seq_no"] > 0
+    assert seq_no == their_seq_no > 0
     for key, tensor in runner_weights.items():
         torch.testing.assert_close(tensor, their_runner_weights[key], rtol=0, atol=0, msg=key)
-        if key != "seq_no":
-            torch.testing.assert_close(tensor, torch.as_tensor(weights[key]), rtol=0, atol=0, msg=key)
+        torch.testing.assert_close(tensor, torch.as_tensor(weights[key]), rtol=0, atol=0, msg=key)
     np.testing.assert_array_equal(buffer["priority"], their_buffer["priority"])
     if name == "sac_pendulum":  # prioritized (dqn_cartpole: uniform): TD errors became priorities
         assert len(np.unique(buffer["priority"])) > 10
