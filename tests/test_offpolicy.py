@@ -376,9 +376,10 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
 @pytest.mark.parametrize("name", ["dqn_cartpole", "sac_pendulum"])
 def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: None, name: str) -> None:
     """With the runner and the learner in the driver, one training step runs an iteration's rounds
-    inside one learner call and collects metrics once: the same env steps, replay draws (SAC's
-    prioritized, so its TD errors must reach the priorities), weights and runner weights as
-    running RLlib's rounds (learner-group update, metrics per round) one after another."""
+    inside one learner call, the runner's steps going to the buffer as transitions, and collects
+    metrics once: the same env steps, stored steps, replay draws (SAC's prioritized, so its TD
+    errors must reach the priorities), weights and runner weights as running RLlib's rounds
+    (episodes from the runner, learner-group update, metrics per round) one after another."""
     from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     overrides = ("training.num_steps_sampled_before_learning_starts=64", "evaluation.interval=0")
@@ -389,6 +390,7 @@ def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: No
         try:
             if in_one_process:
                 algo.training_step()
+                assert algo.env_runner._open_episodes is not None  # it sampled transitions, not episodes
                 steps = algo.metrics.peek(lifetime)
                 assert steps >= algo.config.min_sample_timesteps_per_iteration > 64
                 assert algo.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID, "num_module_steps_trained")) > 0
@@ -415,5 +417,8 @@ def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: No
         torch.testing.assert_close(tensor, their_runner_weights[key], rtol=0, atol=0, msg=key)
         torch.testing.assert_close(tensor, torch.as_tensor(weights[key]), rtol=0, atol=0, msg=key)
     np.testing.assert_array_equal(buffer["priority"], their_buffer["priority"])
+    np.testing.assert_array_equal(buffer["successor"], their_buffer["successor"])
+    for column, values in buffer["columns"].items():
+        np.testing.assert_array_equal(values, their_buffer["columns"][column], err_msg=column)
     if name == "sac_pendulum":  # prioritized (dqn_cartpole: uniform): TD errors became priorities
         assert len(np.unique(buffer["priority"])) > 10

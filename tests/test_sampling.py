@@ -69,6 +69,23 @@ def assert_same_episodes(ours: list[Any], theirs: list[Any], ids: dict[str, str]
 MIXED, EXPLORING, GREEDY = [True, True, False, True], [True, True, True], [False, False, False]
 
 
+def ended_episodes(state: dict[str, Any]) -> tuple[list[float], list[int]]:
+    """Return and length of every episode that ended in a buffer that holds all its steps, in the
+    order they ended: the episodes are the chains of successor links."""
+    successor = state["successor"] - (state["added"] - len(state["successor"]))  # serial -> row
+    columns = state["columns"]
+    heads = sorted(set(range(len(successor))) - set(successor[successor >= 0].tolist()))
+    ended = []
+    for row in heads:
+        chain = [row]
+        while successor[chain[-1]] >= 0:
+            chain.append(int(successor[chain[-1]]))
+        if columns["terminated"][chain[-1]] or columns["truncated"][chain[-1]]:
+            ended.append((chain[-1], float(columns["rewards"][chain].sum()), len(chain)))
+    ended.sort()  # by the row of the last step: the order of ending
+    return [r for _, r, _ in ended], [n for _, _, n in ended]
+
+
 @pytest.mark.parametrize(
     ("experiment", "calls", "overrides"),
     [
@@ -160,6 +177,77 @@ def test_a_failing_env_is_recreated_the_same_way(shipped: Path, monkeypatch: pyt
     torch.manual_seed(3)
     assert_same_episodes(mine, theirs.sample(num_episodes=30, explore=False), ids)
     assert ours.get_metrics()["num_env_step_failures"].peek() > 0
+
+
+def assert_same_replay(transitions: Any, episodes: Any) -> None:
+    """Two array buffers hold the same steps, links and priorities (episode ids are random)."""
+    for key, value in transitions.items():
+        if key == "columns":
+            assert value.keys() == episodes[key].keys()
+            for name, column in value.items():
+                assert column.dtype == episodes[key][name].dtype, name
+                np.testing.assert_array_equal(column, episodes[key][name], err_msg=name)
+        elif key == "open_episodes":
+            assert sorted(value.values()) == sorted(episodes[key].values())
+        else:
+            np.testing.assert_array_equal(value, episodes[key], err_msg=key)
+
+
+LONG_CALLS = [1, 7, 282, 282, 282, 3]  # 1 and 3: fewer steps than envs
+
+
+@pytest.mark.parametrize(
+    ("experiment", "calls", "overrides"),
+    [
+        ("dqn_cartpole", LONG_CALLS, ()),  # short episodes: many end inside a call
+        ("sac_pendulum", LONG_CALLS, ()),  # truncated at 200 steps, continuous actions unsquashed
+        (  # every env fails 45 steps into its life: calls of 25 steps per env meet it
+            "dqn_cartpole",
+            [1, 7, 100, 100, 100, 3],
+            ("env.id=faulty_env:CrashingCartPole", "env.config={crash: always, after_steps: 45}"),
+        ),
+    ],
+)
+def test_transitions_are_the_steps_of_rllibs_episodes_in_their_order(
+    experiment: str,
+    calls: list[int],
+    overrides: tuple[str, ...],
+    shipped: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The off-policy step's path (rows straight into the replay buffer) stores what RLlib's runner's
+    episode chunks store, in the same order, and leaves the same episode metrics."""
+    import torch
+
+    from rl_app.rllib.offpolicy import ArrayPrioritizedEpisodeReplayBuffer
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    ours, theirs = runner_pair(experiment, overrides)
+    assert ours.transition_refusal() is None
+    by_transitions, by_episodes = (ArrayPrioritizedEpisodeReplayBuffer(5_000) for _ in range(2))
+    for call, steps in enumerate(calls):
+        torch.manual_seed(call)
+        stored = by_transitions.add(ours.sample_transitions(steps))
+        torch.manual_seed(call)
+        assert stored == by_episodes.add(theirs.sample(num_timesteps=steps, explore=True)) >= steps
+    assert_same_replay(by_transitions.get_state(), by_episodes.get_state())
+    assert by_transitions.get_state()["open_episodes"], "no episode continued across calls"
+    my_metrics, their_metrics = ours.get_metrics(), theirs.get_metrics()
+    # After an env failure RLlib's runner counts, of each episode ended since its last
+    # get_metrics(), only the chunk of the call it ended in (its reset forgets the earlier
+    # chunks); ours counts whole episodes: those the buffer holds.
+    exact = EPISODE_METRICS if not overrides else ("num_env_steps_sampled", "num_episodes")
+    for key in exact:
+        assert my_metrics[key].peek() == their_metrics[key].peek(), key
+    returns, lengths = ended_episodes(by_transitions.get_state())
+    assert my_metrics["num_episodes"].peek() == len(returns) > 0
+    assert my_metrics["episode_return_mean"].peek() == pytest.approx(np.mean(returns[-100:]))
+    assert my_metrics["episode_len_mean"].peek() == pytest.approx(np.mean(lengths[-100:]))
+    if overrides:
+        assert my_metrics["num_env_step_failures"].peek() > 0
+    # Back to episodes: the envs moved on under the transition path, so every episode starts afresh.
+    assert all(episode.t_started == 0 for episode in ours.sample(num_timesteps=8, explore=True))
+    assert ours._open_episodes is None
 
 
 def test_experiments_it_does_not_fit_use_rllibs_runner_and_say_why(shipped: Path) -> None:

@@ -19,11 +19,15 @@ from ray.rllib.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT, SMALL_NU
 LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
-def sample_categorical(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``TorchCategorical.from_logits(logits)``'s ``sample()`` and ``logp()``."""
+def sample_categorical(
+    logits: torch.Tensor, with_logp: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``TorchCategorical.from_logits(logits)``'s ``sample()`` and ``logp()`` (None without ``with_logp``)."""
     normalized = logits - logits.logsumexp(dim=-1, keepdim=True)
     probs = torch.nn.functional.softmax(normalized, dim=-1)
     actions = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
+    if not with_logp:
+        return actions, None
     return actions, normalized.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
 
@@ -61,12 +65,17 @@ def draw_squashed_gaussian(logits: torch.Tensor, reparameterized: bool) -> tuple
     return _squash(unsquashed), _squashed_logp(unsquashed, loc, scale)
 
 
-def sample_squashed_gaussian(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_squashed_gaussian(
+    logits: torch.Tensor, with_logp: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``TorchSquashedGaussian.from_logits(logits)``'s ``sample()`` and ``logp()`` of what it drew
-    (read back through ``atanh`` of the clipped action, as RLlib's runner does): the runner's draw."""
+    (read back through ``atanh`` of the clipped action, as RLlib's runner does; None without
+    ``with_logp``): the runner's draw."""
     loc, scale = _normal(logits)
     with torch.no_grad():
         actions = _squash(torch.normal(loc, scale))
+    if not with_logp:
+        return actions, None
     rescaled = (actions - -1.0) / 2.0 * 2.0 - 1.0  # TorchSquashedGaussian._unsquash
     unsquashed = torch.atanh(torch.clamp(rescaled, -1.0 + SMALL_NUMBER, 1.0 - SMALL_NUMBER))
     return actions, _squashed_logp(unsquashed, loc, scale)

@@ -51,6 +51,7 @@ from ray.rllib.utils.metrics import (
 
 from rl_app.rllib.driver import in_place_sync
 from rl_app.rllib.learners import BatchedStepDQNLearner, BatchedStepSACLearner
+from rl_app.rllib.sampling import Transitions
 
 STATE_FORMAT = "rl_app.array_replay/1"  # marks our buffer state (RLlib's own state has "episodes")
 
@@ -136,20 +137,26 @@ class ArrayPrioritizedEpisodeReplayBuffer:
         """Env steps stored (RLlib's name)."""
         return len(self)
 
-    def add(self, episodes: list[Any]) -> None:
-        """Store every step of RLlib's episode chunks at the highest priority seen so far."""
-        for episode in episodes:
-            if len(episode):
-                self._add_chunk(episode)
+    def add(self, data: list[Any] | Transitions) -> int:
+        """Store RLlib's episode chunks, or a runner's :class:`Transitions`, at the highest priority
+        seen so far. Returns the env steps stored."""
+        if isinstance(data, Transitions):
+            self._add_transitions(data)
+            added = len(data.episode_ids)
+        else:
+            added = 0
+            for episode in data:
+                if len(episode):
+                    self._add_chunk(episode)
+                    added += len(episode)
         if len(self._open_episodes) > 1024:  # episodes of runners that went away
             oldest_kept = self._added - self.capacity
             self._open_episodes = {k: s for k, s in self._open_episodes.items() if s >= oldest_kept}
+        return added
 
     def _add_chunk(self, episode: Any) -> None:
         observations = np.asarray(episode.get_observations())
         steps = len(observations) - 1
-        if steps > self.capacity:
-            raise ValueError(f"an episode chunk of {steps} steps does not fit a buffer of {self.capacity}")
         columns = {
             "obs": observations[:-1],
             "next_obs": observations[1:],
@@ -160,6 +167,24 @@ class ArrayPrioritizedEpisodeReplayBuffer:
         }
         columns["terminated"][-1] = episode.is_terminated
         columns["truncated"][-1] = episode.is_truncated
+        serials = self._store(columns)
+        self._successor[serials[:-1] % self.capacity] = serials[1:]
+        self._continue(episode.id_, int(serials[0]), int(serials[-1]), episode.is_done)
+
+    def _add_transitions(self, transitions: Transitions) -> None:
+        columns = transitions.columns
+        serials = self._store({**columns, "rewards": np.asarray(columns["rewards"], dtype=np.float64)})
+        done = columns["terminated"] | columns["truncated"]
+        for serial, episode_id, ended in zip(
+            serials.tolist(), transitions.episode_ids, done.tolist(), strict=True
+        ):
+            self._continue(episode_id, serial, serial, ended)
+
+    def _store(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """Write the rows of ``columns`` as the stream's next steps, linked to nothing yet; their serials."""
+        steps = len(columns["rewards"])
+        if steps > self.capacity:
+            raise ValueError(f"{steps} steps at once do not fit a buffer of {self.capacity}")
         if not self._columns:
             self._columns = {
                 name: np.zeros((self.capacity, *values.shape[1:]), dtype=values.dtype)
@@ -170,16 +195,21 @@ class ArrayPrioritizedEpisodeReplayBuffer:
         for name, values in columns.items():
             self._columns[name][slots] = values
         self._serial[slots] = serials
-        self._successor[slots] = np.append(serials[1:], -1)
-        previous = self._open_episodes.pop(episode.id_, None)
-        if previous is not None and self._serial[previous % self.capacity] == previous:
-            self._successor[previous % self.capacity] = serials[0]
-        if not episode.is_done:
-            self._open_episodes[episode.id_] = int(serials[-1])
+        self._successor[slots] = -1
         priority = self._max_priority**self.alpha
         self._sum.set(slots, priority)
         self._min.set(slots, priority)
         self._added += steps
+        return serials
+
+    def _continue(self, episode_id: str, first: int, last: int, done: bool) -> None:
+        """Steps ``first..last`` (already linked among themselves) go on from ``episode_id``'s last
+        stored step; unless the episode is done, ``last`` becomes that step."""
+        previous = self._open_episodes.pop(episode_id, None)
+        if previous is not None and self._serial[previous % self.capacity] == previous:
+            self._successor[previous % self.capacity] = first
+        if not done:
+            self._open_episodes[episode_id] = last
 
     def _n_step(
         self, slots: np.ndarray, n_steps: np.ndarray, gamma: float
@@ -332,10 +362,11 @@ class _ArrayReplayTrainingStep:
     Where the env runner and the learner share the algorithm's process (no remote runners, a local
     learner; the usual single-machine SAC and DQN), one training step runs the rounds (sample,
     store, replay, update, copy weights) of a whole iteration's minimum env steps inside one
-    call into the learner, and collects the runner's and the learner's metrics once at its end:
-    RLlib's per-round sampling call, metrics reduce and aggregation cost more than the env step
-    and a third of a SAC update at one update per env step. The rounds are the same, in the same
-    order, as RLlib's training steps would run them.
+    call into the learner, our runner handing the buffer transitions instead of episodes
+    (``FastEnvRunner.sample_transitions``), and collects the runner's and the learner's metrics
+    once at its end: RLlib's per-round sampling call, metrics reduce and aggregation cost more
+    than the env step and a third of a SAC update at one update per env step. The rounds are the
+    same, in the same order, as RLlib's training steps would run them.
     """
 
     config: Any
@@ -384,10 +415,15 @@ class _ArrayReplayTrainingStep:
                 learner.metrics.delete(*key)
             return td_errors
 
+        # Our runner hands the buffer its rows directly (no episode chunks to build and read back).
+        transitions = getattr(runner, "transition_refusal", None)
+        sample = (
+            runner.sample_transitions if transitions is not None and transitions() is None else runner.sample
+        )
         minimum = self.config.min_sample_timesteps_per_iteration or 0
         sampled = 0
         while True:
-            sampled += self._round(runner.sample, update, sync, sampled)
+            sampled += self._round(sample, update, sync, sampled)
             if sampled >= minimum:
                 break
         self.metrics.aggregate([runner.get_metrics()], key=ENV_RUNNER_RESULTS)
@@ -437,10 +473,9 @@ class _ArrayReplayTrainingStep:
         sampled = 0
         for _ in range(store_weight):
             with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-                episodes = sample()
+                steps = sample()  # episodes, or our runner's transitions
             with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
-                self.local_replay_buffer.add(episodes)
-            sampled += sum(len(episode) for episode in episodes)
+                sampled += self.local_replay_buffer.add(steps)
         # The lifetime count in the metrics lags by the steps of this training step's earlier
         # rounds when their runner metrics are collected at its end.
         lifetime = before + sampled_this_step + sampled

@@ -12,16 +12,21 @@ callbacks are no-ops; experiments with callbacks of their own sample with RLlib'
 seeds, same weights: same episodes, to the bit (tests/test_sampling.py).
 
 Timestep sampling (training) and episode sampling (evaluation) take this path; random actions
-stay RLlib's. Experiments it does not fit fall back to RLlib's runner, with the reason.
+stay RLlib's. Experiments it does not fit fall back to RLlib's runner, with the reason. For the
+off-policy step that runs in one process, ``sample_transitions`` hands the replay buffer its rows
+without making episodes at all (SAC samples one step per call, where the episode chunk cost as much
+as the step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, NamedTuple, cast
 
 import gymnasium as gym
@@ -33,7 +38,12 @@ from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorica
 from ray.rllib.env.env_runner import ENV_STEP_FAILURE
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
-from ray.rllib.utils.metrics import RLMODULE_INFERENCE_TIMER, WEIGHTS_SEQ_NO
+from ray.rllib.utils.metrics import (
+    RLMODULE_INFERENCE_TIMER,
+    SAMPLE_TIMER,
+    TIME_BETWEEN_SAMPLING,
+    WEIGHTS_SEQ_NO,
+)
 from ray.rllib.utils.spaces.space_utils import batch, clip_action, get_base_struct_from_space, unsquash_action
 
 from rl_app.envs import has_native_vector_env, observation_space
@@ -137,6 +147,11 @@ class FastEnvRunner(RLAppEnvRunner):
 
     _fast_refusal: str | bool | None = False  # False: not checked yet
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # (length, return, seconds) of the episodes the transition path ended, for get_metrics.
+        self._ended_for_metrics: list[tuple[int, Any, float]] = []
+        super().__init__(*args, **kwargs)
+
     def _sample(
         self,
         *,
@@ -160,9 +175,12 @@ class FastEnvRunner(RLAppEnvRunner):
             )
         return self._sample_batched(num_timesteps, num_episodes, explore, force_reset)
 
-    def _act(self, observations: np.ndarray, explore: bool, t: int) -> dict[str, np.ndarray]:
+    def _act(
+        self, observations: np.ndarray, explore: bool, t: int, outputs: bool = True
+    ) -> dict[str, np.ndarray]:
         """RLlib's forward pass and ``GetActions`` on the stacked observations (the module is in
-        eval mode for the whole sample call, see :meth:`_sample_batched`)."""
+        eval mode for the whole sample call, see :meth:`_sample_batched`). Without ``outputs``, the
+        actions alone: the same draws, no log-probs or other model outputs."""
         module: Any = self.module
         with torch.no_grad(), self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
             batch = {Columns.OBS: _to_tensor(observations)}
@@ -175,16 +193,18 @@ class FastEnvRunner(RLAppEnvRunner):
                     dist_class = module.get_inference_action_dist_cls()
                 plain = PLAIN_SAMPLERS.get(dist_class) if explore and Columns.ACTION_LOGP not in out else None
                 if plain is not None:
-                    out[Columns.ACTIONS], out[Columns.ACTION_LOGP] = plain(out[Columns.ACTION_DIST_INPUTS])
-                    return {
-                        key: _to_numpy(value) for key, value in out.items() if isinstance(value, torch.Tensor)
-                    }
-                dist = dist_class.from_logits(out[Columns.ACTION_DIST_INPUTS])
-                if not explore:
-                    dist = dist.to_deterministic()
-                out[Columns.ACTIONS] = dist.sample()
-                if Columns.ACTION_LOGP not in out:
-                    out[Columns.ACTION_LOGP] = dist.logp(out[Columns.ACTIONS])
+                    out[Columns.ACTIONS], logp = plain(out[Columns.ACTION_DIST_INPUTS], with_logp=outputs)
+                    if outputs:
+                        out[Columns.ACTION_LOGP] = logp
+                else:
+                    dist = dist_class.from_logits(out[Columns.ACTION_DIST_INPUTS])
+                    if not explore:
+                        dist = dist.to_deterministic()
+                    out[Columns.ACTIONS] = dist.sample()
+                    if outputs and Columns.ACTION_LOGP not in out:
+                        out[Columns.ACTION_LOGP] = dist.logp(out[Columns.ACTIONS])
+        if not outputs:
+            return {Columns.ACTIONS: _to_numpy(out[Columns.ACTIONS])}
         return {key: _to_numpy(value) for key, value in out.items() if isinstance(value, torch.Tensor)}
 
     def _actions_for_env(self, actions: np.ndarray, action_struct: Any) -> np.ndarray:
@@ -198,6 +218,13 @@ class FastEnvRunner(RLAppEnvRunner):
     def _sample_batched(
         self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
     ) -> list[Any]:
+        if self._open_episodes is not None:  # the transition path moved the envs on: start afresh
+            self._open_episodes, force_reset = None, True
+        with self._inference_mode():
+            return self._sample_in_eval_mode(num_timesteps, num_episodes, explore, force_reset)
+
+    @contextlib.contextmanager
+    def _inference_mode(self) -> Iterator[None]:
         module: Any = self.module
         if module.training:
             # The runner's module only infers. RLlib's forward_* switch it to eval mode and back on
@@ -209,10 +236,90 @@ class FastEnvRunner(RLAppEnvRunner):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._sample_in_eval_mode(num_timesteps, num_episodes, explore, force_reset)
+            yield
         finally:
             if collecting:
                 gc.enable()
+
+    # Each env's running episode while the transition path samples (None: the episode path's turn).
+    _open_episodes: _OpenEpisodes | None = None
+
+    def transition_refusal(self) -> str | None:
+        """Why this runner cannot hand out :meth:`sample_transitions`, or None."""
+        if self._fast_refusal is False:
+            self._fast_refusal = _pipeline_refusal(self)
+        if isinstance(self._fast_refusal, str):
+            return self._fast_refusal
+        config = self.config
+        if config.in_evaluation or config.batch_mode != "truncate_episodes":
+            return "an evaluation runner, or whole-episode batches"
+        if config.callbacks_on_sample_end or self._env_runner_state_server is not None:
+            return "an on_sample_end callback, or a weights server to pull from"
+        return None
+
+    def sample_transitions(self, num_timesteps: int | None = None) -> Transitions:
+        """``sample(num_timesteps=...)`` while exploring, as a replay buffer's rows instead of episodes.
+
+        At one env step per call (SAC), making the call's episode chunk and its continuation costs
+        as much as the forward pass and the env step together; a replay buffer reads only these
+        columns from them. The rows come in the order the episode chunks would have given them
+        (finished episodes as they ended, then the running ones by env), and the runner logs the
+        metrics ``sample()`` and ``get_metrics()`` would (tests/test_sampling.py). Only for a
+        runner with no :meth:`transition_refusal`."""
+        metrics = self.metrics
+        if self._time_after_sampling is not None:
+            metrics.log_value(
+                key=TIME_BETWEEN_SAMPLING, value=time.perf_counter() - self._time_after_sampling
+            )
+        metrics.log_value(key=WEIGHTS_SEQ_NO, value=self._weights_seq_no, window=1)
+        with metrics.log_time(SAMPLE_TIMER), self._inference_mode():
+            if num_timesteps is None:
+                num_timesteps = self.config.get_rollout_fragment_length(self.worker_index) * self.num_envs
+            transitions = self._sample_transitions(num_timesteps)
+        cast(Any, self)._time_after_sampling = time.perf_counter()  # RLlib declares it None-typed
+        return transitions
+
+    def _sample_transitions(self, num_timesteps: int) -> Transitions:
+        if self._open_episodes is None or self._needs_initial_reset:
+            self._reset_envs_and_episodes(explore=True)  # RLlib's: seeded at first, episode callbacks
+            self._open_episodes = _OpenEpisodes(self._ongoing_episodes, self._ended_for_metrics)
+        episodes = self._open_episodes
+        env: Any = self.env
+        action_struct = get_base_struct_from_space(env.single_action_space)
+        rows = _Rows()
+        runners = self.config.num_env_runners or 1
+        ts, ended_before = 0, len(self._ended_for_metrics)
+        while ts < num_timesteps:
+            t = (self.num_env_steps_sampled_lifetime // runners + ts) * runners
+            actions = self._act(episodes.observations, True, t, outputs=False)[Columns.ACTIONS]
+            results = self._try_env_step(self._actions_for_env(actions, action_struct))
+            if isinstance(results, str) and results == ENV_STEP_FAILURE:
+                # As RLlib: this call's steps of the running episodes are dropped, every env starts over.
+                rows.drop_running(episodes.ids)
+                ts = 0
+                self._reset_envs_and_episodes(explore=True)
+                episodes = self._open_episodes = _OpenEpisodes(
+                    self._ongoing_episodes, self._ended_for_metrics
+                )
+                continue
+            next_observations, rewards, terminateds, truncateds, _ = results
+            stepped = ~episodes.resetting
+            rows.add(stepped, episodes, actions, rewards, next_observations, terminateds, truncateds)
+            ts += int(stepped.sum())
+            now = time.perf_counter()
+            rows.ended += episodes.step(stepped, rewards, terminateds, truncateds, next_observations, now)
+        episodes.end_call()
+        self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
+        self._increase_sampled_metrics(ts, len(self._ended_for_metrics) - ended_before)
+        return rows.in_episode_order(episodes.ids)
+
+    def get_metrics(self) -> Any:
+        ended, self._ended_for_metrics = self._ended_for_metrics, []
+        if self._open_episodes is not None:
+            self._open_episodes.ended = self._ended_for_metrics
+        for length, episode_return, seconds in ended:
+            self._log_episode_metrics(length, episode_return, seconds)
+        return super().get_metrics()
 
     def _sample_in_eval_mode(
         self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
@@ -544,3 +651,121 @@ def _with_list_buffers(episode: Any) -> Any:
         if buffer.finalized:
             buffer.data, buffer.finalized = list(buffer.data), False
     return episode
+
+
+class Transitions(NamedTuple):
+    """Env steps as a replay buffer's rows: ``columns`` (``obs``, ``next_obs``, ``actions``,
+    ``rewards``, ``terminated``, ``truncated``, one row per step) and each row's episode id."""
+
+    columns: dict[str, np.ndarray]
+    episode_ids: list[str]
+
+
+class _OpenEpisodes:
+    """Each env's running episode on the transition path: its id, the observation to act on, and
+    what RLlib's episode metrics read when it ends, summed as RLlib sums its runner's chunks (one
+    per call: the return of each, the seconds from its reset or first step to its last step)."""
+
+    def __init__(self, episodes: list[Any], ended: list[tuple[int, Any, float]]) -> None:
+        """Right after RLlib's reset made ``episodes``; each episode that ends is appended to
+        ``ended`` as (length, return, seconds)."""
+        n = len(episodes)
+        self.ids = [episode.id_ for episode in episodes]
+        self.observations = np.stack([episode.get_observations(-1) for episode in episodes])
+        self.resetting = np.zeros(n, dtype=bool)  # ended last step: gymnasium's next step resets it
+        self.lengths = [0] * n
+        self.rewards: list[list[Any]] = [[] for _ in range(n)]  # this call's
+        self.chunk_start: list[float | None] = [episode._start_time for episode in episodes]
+        self.last_step: list[float] = [0.0] * n
+        self.chunks: list[list[tuple[Any, float]]] = [[] for _ in range(n)]  # earlier calls' (return, s)
+        self.ended = ended
+
+    def step(
+        self,
+        stepped: np.ndarray,
+        rewards: np.ndarray,
+        terminateds: np.ndarray,
+        truncateds: np.ndarray,
+        next_observations: np.ndarray,
+        now: float,
+    ) -> list[str]:
+        """Take one vector step's results; returns the ids of the episodes that ended in it."""
+        for i in np.flatnonzero(~stepped).tolist():  # this step was the reset of a new episode
+            self.ids[i] = uuid.uuid4().hex
+            self.lengths[i], self.rewards[i], self.chunks[i], self.chunk_start[i] = 0, [], [], now
+        for i in np.flatnonzero(stepped).tolist():
+            self.lengths[i] += 1
+            self.rewards[i].append(rewards[i])
+            self.last_step[i] = now
+            if self.chunk_start[i] is None:
+                self.chunk_start[i] = now
+        done = stepped & (terminateds | truncateds)
+        ended = []
+        for i in np.flatnonzero(done).tolist():
+            # RLlib's get_metrics: the last chunk's figures, then each earlier chunk's added in turn.
+            episode_return, seconds = sum(self.rewards[i]), now - cast(float, self.chunk_start[i])
+            for chunk_return, chunk_seconds in self.chunks[i]:
+                episode_return += chunk_return
+                seconds += chunk_seconds
+            self.ended.append((self.lengths[i], episode_return, seconds))
+            ended.append(self.ids[i])
+        self.resetting = done
+        self.observations = np.ascontiguousarray(next_observations)  # a vector env may give it transposed
+        return ended
+
+    def end_call(self) -> None:
+        """Close this call's chunk of every running episode that stepped in it."""
+        for i, start in enumerate(self.chunk_start):
+            if start is not None and self.rewards[i] and not self.resetting[i]:
+                self.chunks[i].append((sum(self.rewards[i]), self.last_step[i] - start))
+            self.rewards[i], self.chunk_start[i] = [], None
+
+
+class _Rows:
+    """One call's transitions, kept per vector step and put in episode order at the end."""
+
+    NAMES = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[np.ndarray, ...]] = []
+        self._ids: list[str] = []
+        self._dropped: set[str] = set()
+        self.ended: list[str] = []  # ids of the episodes that ended in the call, in that order
+
+    def add(
+        self,
+        stepped: np.ndarray,
+        episodes: _OpenEpisodes,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_observations: np.ndarray,
+        terminateds: np.ndarray,
+        truncateds: np.ndarray,
+    ) -> None:
+        row = (episodes.observations, actions, rewards, next_observations, terminateds, truncateds)
+        if stepped.all():
+            self._parts.append(row)
+            self._ids += episodes.ids
+        else:
+            index = np.flatnonzero(stepped)
+            self._parts.append(tuple(column[index] for column in row))
+            self._ids += [episodes.ids[i] for i in index.tolist()]
+
+    def drop_running(self, episode_ids: list[str]) -> None:
+        """Leave out the rows of these episodes but those that ended (an env failure's loss)."""
+        self._dropped |= set(episode_ids) - set(self.ended)
+
+    def in_episode_order(self, running: list[str]) -> Transitions:
+        """The rows episode by episode, as RLlib's chunks come: ended episodes in the order they
+        ended, then the ``running`` ones by env; each episode's rows in time order."""
+        rank = {episode_id: k for k, episode_id in enumerate(self.ended)}
+        for env, episode_id in enumerate(running):
+            rank.setdefault(episode_id, len(self.ended) + env)
+        ranks = np.array([-1 if i in self._dropped else rank[i] for i in self._ids], dtype=np.int64)
+        order = np.argsort(ranks, kind="stable")
+        order = order[ranks[order] >= 0]
+        columns = {
+            name: np.concatenate([part[k] for part in self._parts])[order]
+            for k, name in enumerate(self.NAMES)
+        }
+        return Transitions(columns, [self._ids[k] for k in order.tolist()])
