@@ -224,30 +224,60 @@ def test_transitions_are_the_steps_of_rllibs_episodes_in_their_order(
     monkeypatch.syspath_prepend(str(TESTS))
     ours, theirs = runner_pair(experiment, overrides)
     assert ours.transition_refusal() is None
-    by_transitions, by_episodes = (ArrayPrioritizedEpisodeReplayBuffer(5_000) for _ in range(2))
-    for call, steps in enumerate(calls):
-        torch.manual_seed(call)
-        stored = by_transitions.add(ours.sample_transitions(steps))
-        torch.manual_seed(call)
-        assert stored == by_episodes.add(theirs.sample(num_timesteps=steps, explore=True)) >= steps
-    assert_same_replay(by_transitions.get_state(), by_episodes.get_state())
-    assert by_transitions.get_state()["open_episodes"], "no episode continued across calls"
-    my_metrics, their_metrics = ours.get_metrics(), theirs.get_metrics()
     # After an env failure RLlib's runner counts, of each episode ended since its last
     # get_metrics(), only the chunk of the call it ended in (its reset forgets the earlier
-    # chunks); ours counts whole episodes: those the buffer holds.
-    exact = EPISODE_METRICS if not overrides else ("num_env_steps_sampled", "num_episodes")
-    for key in exact:
-        assert my_metrics[key].peek() == their_metrics[key].peek(), key
-    returns, lengths = ended_episodes(by_transitions.get_state())
+    # chunks); ours counts whole episodes (checked below against the buffer).
+    exact = ("num_env_steps_sampled", "num_episodes") if overrides else EPISODE_METRICS
+    # One buffer as large as the run, one that a call's rows overflow (both keep the newest steps).
+    buffers = [
+        (ArrayPrioritizedEpisodeReplayBuffer(size), ArrayPrioritizedEpisodeReplayBuffer(size))
+        for size in (5_000, 150)
+    ]
+    for call, steps in enumerate(calls):
+        torch.manual_seed(call)
+        transitions = ours.sample_transitions(steps)
+        torch.manual_seed(call)
+        episodes = theirs.sample(num_timesteps=steps, explore=True)
+        for by_transitions, by_episodes in buffers:
+            assert by_transitions.add(transitions) == by_episodes.add(episodes) >= steps
+        if call == 2:  # metrics read between calls
+            midway = ours.get_metrics()
+            assert_same_metrics(midway, theirs.get_metrics(), exact)
+    for by_transitions, by_episodes in buffers:
+        assert_same_replay(by_transitions.get_state(), by_episodes.get_state())
+    everything = buffers[0][0].get_state()
+    assert everything["open_episodes"], "no episode continued across calls"
+    my_metrics = ours.get_metrics()
+    assert_same_metrics(my_metrics, theirs.get_metrics(), exact)
+    returns, lengths = ended_episodes(everything)
+    ended_before = int(midway["num_episodes"].peek()) if "num_episodes" in midway else 0
+    returns, lengths = returns[ended_before:], lengths[ended_before:]  # those since the last reading
     assert my_metrics["num_episodes"].peek() == len(returns) > 0
     assert my_metrics["episode_return_mean"].peek() == pytest.approx(np.mean(returns[-100:]))
     assert my_metrics["episode_len_mean"].peek() == pytest.approx(np.mean(lengths[-100:]))
     if overrides:
         assert my_metrics["num_env_step_failures"].peek() > 0
+    assert buffers[0][0].add(ours.sample_transitions(0)) == 0
     # Back to episodes: the envs moved on under the transition path, so every episode starts afresh.
-    assert all(episode.t_started == 0 for episode in ours.sample(num_timesteps=8, explore=True))
+    torch.manual_seed(len(calls))
+    mine = ours.sample(num_timesteps=8, explore=True)
+    torch.manual_seed(len(calls))
+    assert_same_episodes(mine, theirs.sample(num_timesteps=8, explore=True, force_reset=True), {})
     assert ours._open_episodes is None
+
+
+def assert_same_metrics(mine: dict[str, Any], theirs: dict[str, Any], exact: tuple[str, ...]) -> None:
+    """The same keys (but the timer of RLlib's module-to-env pipeline, which ours does not run), the
+    same step, episode and weights counters, and the ``exact`` figures."""
+    assert set(mine) <= set(theirs) and set(theirs) - set(mine) <= {"module_to_env_connector"}
+    counters = [key for key in theirs if key.startswith("num_")] + ["weights_seq_no"]
+    for key in [key for key in exact if key in theirs] + counters:  # no episode metrics before one ends
+        if isinstance(theirs[key], dict):  # per agent or module
+            assert {k: v.peek() for k, v in mine[key].items()} == {
+                k: v.peek() for k, v in theirs[key].items()
+            }
+        else:
+            assert mine[key].peek() == theirs[key].peek(), key
 
 
 def test_experiments_it_does_not_fit_use_rllibs_runner_and_say_why(shipped: Path) -> None:

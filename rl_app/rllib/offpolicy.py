@@ -172,13 +172,16 @@ class ArrayPrioritizedEpisodeReplayBuffer:
         self._continue(episode.id_, int(serials[0]), int(serials[-1]), episode.is_done)
 
     def _add_transitions(self, transitions: Transitions) -> None:
-        columns = transitions.columns
-        serials = self._store({**columns, "rewards": np.asarray(columns["rewards"], dtype=np.float64)})
-        done = columns["terminated"] | columns["truncated"]
-        for serial, episode_id, ended in zip(
-            serials.tolist(), transitions.episode_ids, done.tolist(), strict=True
-        ):
-            self._continue(episode_id, serial, serial, ended)
+        columns, ids = transitions.columns, transitions.episode_ids
+        for start in range(0, len(ids), self.capacity):  # a call's rows may outnumber the capacity
+            part = {name: values[start : start + self.capacity] for name, values in columns.items()}
+            part["rewards"] = np.asarray(part["rewards"], dtype=np.float64)
+            serials = self._store(part)
+            done = part["terminated"] | part["truncated"]
+            for serial, episode_id, ended in zip(
+                serials.tolist(), ids[start : start + self.capacity], done.tolist(), strict=True
+            ):
+                self._continue(episode_id, serial, serial, ended)
 
     def _store(self, columns: dict[str, np.ndarray]) -> np.ndarray:
         """Write the rows of ``columns`` as the stream's next steps, linked to nothing yet; their serials."""

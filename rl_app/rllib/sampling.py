@@ -161,11 +161,9 @@ class FastEnvRunner(RLAppEnvRunner):
         random_actions: bool = False,
         force_reset: bool = False,
     ) -> list[Any]:
-        if self._fast_refusal is False:
-            self._fast_refusal = _pipeline_refusal(self)
-            if self._fast_refusal is not None:
-                logger.warning("fast sampling off, RLlib's runner samples: %s", self._fast_refusal)
-        if random_actions or self._fast_refusal is not None:
+        if self._open_episodes is not None:  # the transition path moved the envs on: start afresh
+            self._open_episodes, force_reset = None, True
+        if random_actions or self._pipeline_refusal() is not None:
             return super()._sample(
                 num_timesteps=num_timesteps,
                 num_episodes=num_episodes,
@@ -174,6 +172,14 @@ class FastEnvRunner(RLAppEnvRunner):
                 force_reset=force_reset,
             )
         return self._sample_batched(num_timesteps, num_episodes, explore, force_reset)
+
+    def _pipeline_refusal(self) -> str | None:
+        """Why this runner's pipelines are not ones our sampling fits (said once), or None."""
+        if self._fast_refusal is False:
+            self._fast_refusal = _pipeline_refusal(self)
+            if self._fast_refusal is not None:
+                logger.warning("fast sampling off, RLlib's runner samples: %s", self._fast_refusal)
+        return cast(str | None, self._fast_refusal)
 
     def _act(
         self, observations: np.ndarray, explore: bool, t: int, outputs: bool = True
@@ -218,8 +224,6 @@ class FastEnvRunner(RLAppEnvRunner):
     def _sample_batched(
         self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
     ) -> list[Any]:
-        if self._open_episodes is not None:  # the transition path moved the envs on: start afresh
-            self._open_episodes, force_reset = None, True
         with self._inference_mode():
             return self._sample_in_eval_mode(num_timesteps, num_episodes, explore, force_reset)
 
@@ -246,13 +250,12 @@ class FastEnvRunner(RLAppEnvRunner):
 
     def transition_refusal(self) -> str | None:
         """Why this runner cannot hand out :meth:`sample_transitions`, or None."""
-        if self._fast_refusal is False:
-            self._fast_refusal = _pipeline_refusal(self)
-        if isinstance(self._fast_refusal, str):
-            return self._fast_refusal
+        refusal = self._pipeline_refusal()
+        if refusal is not None:
+            return refusal
         config = self.config
-        if config.in_evaluation or config.batch_mode != "truncate_episodes":
-            return "an evaluation runner, or whole-episode batches"
+        if config.in_evaluation or config.batch_mode != "truncate_episodes" or not config.explore:
+            return "an evaluation runner, whole-episode batches, or sampling without exploring"
         if config.callbacks_on_sample_end or self._env_runner_state_server is not None:
             return "an on_sample_end callback, or a weights server to pull from"
         return None
@@ -266,6 +269,8 @@ class FastEnvRunner(RLAppEnvRunner):
         (finished episodes as they ended, then the running ones by env), and the runner logs the
         metrics ``sample()`` and ``get_metrics()`` would (tests/test_sampling.py). Only for a
         runner with no :meth:`transition_refusal`."""
+        if self.env is None:
+            raise ValueError(f"{self} doesn't have an env! Can't call `sample()` on it.")
         metrics = self.metrics
         if self._time_after_sampling is not None:
             metrics.log_value(
@@ -275,7 +280,11 @@ class FastEnvRunner(RLAppEnvRunner):
         with metrics.log_time(SAMPLE_TIMER), self._inference_mode():
             if num_timesteps is None:
                 num_timesteps = self.config.get_rollout_fragment_length(self.worker_index) * self.num_envs
-            transitions = self._sample_transitions(num_timesteps)
+            try:
+                transitions = self._sample_transitions(num_timesteps)
+            except BaseException:
+                self._open_episodes = None  # half a call's bookkeeping: the next call starts afresh
+                raise
         cast(Any, self)._time_after_sampling = time.perf_counter()  # RLlib declares it None-typed
         return transitions
 
@@ -758,6 +767,8 @@ class _Rows:
     def in_episode_order(self, running: list[str]) -> Transitions:
         """The rows episode by episode, as RLlib's chunks come: ended episodes in the order they
         ended, then the ``running`` ones by env; each episode's rows in time order."""
+        if not self._parts:  # no step asked for
+            return Transitions({}, [])
         rank = {episode_id: k for k, episode_id in enumerate(self.ended)}
         for env, episode_id in enumerate(running):
             rank.setdefault(episode_id, len(self.ended) + env)
