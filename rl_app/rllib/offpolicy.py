@@ -419,10 +419,8 @@ class _ArrayReplayTrainingStep:
             return td_errors
 
         # Our runner hands the buffer its rows directly (no episode chunks to build and read back).
-        transitions = getattr(runner, "transition_refusal", None)
-        sample = (
-            runner.sample_transitions if transitions is not None and transitions() is None else runner.sample
-        )
+        refusal = getattr(runner, "transition_refusal", None)  # RLlib's runner has none
+        sample = runner.sample_transitions if refusal is not None and refusal() is None else runner.sample
         minimum = self.config.min_sample_timesteps_per_iteration or 0
         sampled = 0
         while True:

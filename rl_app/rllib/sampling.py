@@ -173,6 +173,12 @@ class FastEnvRunner(RLAppEnvRunner):
             )
         return self._sample_batched(num_timesteps, num_episodes, explore, force_reset)
 
+    def _timestep(self, ts: int) -> int:
+        """The global env step RLlib's runner hands its module (exploration schedules) ``ts`` steps
+        into a call: this runner's lifetime count scaled by the number of runners."""
+        runners = self.config.num_env_runners or 1
+        return (self.num_env_steps_sampled_lifetime // runners + ts) * runners
+
     def _pipeline_refusal(self) -> str | None:
         """Why this runner's pipelines are not ones our sampling fits (said once), or None."""
         if self._fast_refusal is False:
@@ -296,11 +302,11 @@ class FastEnvRunner(RLAppEnvRunner):
         env: Any = self.env
         action_struct = get_base_struct_from_space(env.single_action_space)
         rows = _Rows()
-        runners = self.config.num_env_runners or 1
         ts, ended_before = 0, len(self._ended_for_metrics)
         while ts < num_timesteps:
-            t = (self.num_env_steps_sampled_lifetime // runners + ts) * runners
-            actions = self._act(episodes.observations, True, t, outputs=False)[Columns.ACTIONS]
+            actions = self._act(episodes.observations, True, self._timestep(ts), outputs=False)[
+                Columns.ACTIONS
+            ]
             results = self._try_env_step(self._actions_for_env(actions, action_struct))
             if isinstance(results, str) and results == ENV_STEP_FAILURE:
                 # As RLlib: this call's steps of the running episodes are dropped, every env starts over.
@@ -323,9 +329,8 @@ class FastEnvRunner(RLAppEnvRunner):
         return rows.in_episode_order(episodes.ids)
 
     def get_metrics(self) -> Any:
-        ended, self._ended_for_metrics = self._ended_for_metrics, []
-        if self._open_episodes is not None:
-            self._open_episodes.ended = self._ended_for_metrics
+        ended = list(self._ended_for_metrics)
+        self._ended_for_metrics.clear()  # in place: the open episodes append to this list
         for length, episode_return, seconds in ended:
             self._log_episode_metrics(length, episode_return, seconds)
         return super().get_metrics()
@@ -359,15 +364,13 @@ class FastEnvRunner(RLAppEnvRunner):
         chunk_start = [0] * n  # each env's first step of its current episode
         ended: list[_Ended] = []  # made or filled at the end of the call
         done_episodes: list[Any] = []
-        runners = self.config.num_env_runners or 1
         ts = 0
         while (
             ts < num_timesteps
             if num_timesteps is not None
             else len(done_episodes) + len(ended) < cast(int, num_episodes)
         ):
-            t = (self.num_env_steps_sampled_lifetime // runners + ts) * runners
-            out = self._act(observations, explore, t)
+            out = self._act(observations, explore, self._timestep(ts))
             actions = out.pop(Columns.ACTIONS)
             results = self._try_env_step(self._actions_for_env(actions, action_struct))
             if isinstance(results, str) and results == ENV_STEP_FAILURE:
