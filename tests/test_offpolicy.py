@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 from typing import Any
+from unittest import mock
 
 import gymnasium as gym
 import numpy as np
@@ -373,13 +374,78 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     env.close()
 
 
+def flattened(tree: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """A nested dict's leaves by key path."""
+    flat: dict[tuple[str, ...], Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flattened(value, (*prefix, key)))
+        else:
+            flat[(*prefix, key)] = value
+    return flat
+
+
+def flat_results(results: dict[str, Any]) -> dict[tuple[str, ...], Any]:
+    """Reduced metrics as {key path: numpy value}, less the throughputs (rates over wall time)."""
+    flat = {}
+    for key, value in flattened(results).items():
+        if not key[-1].endswith("_throughput"):
+            value = value.peek() if hasattr(value, "peek") else value  # a learner's reduce gives Stats
+            flat[key] = np.asarray(value.numpy() if torch.is_tensor(value) else value)
+    return flat
+
+
+@pytest.mark.parametrize("name", ["sac_pendulum", "dqn_cartpole"])
+def test_the_lean_update_is_rllibs_update_with_its_metrics_logged_once(name: str) -> None:
+    """Our learner's update from replayed columns (no training data, iterator or tree conversion;
+    its per-update counters, window-1 values and learning rates logged once per training step)
+    against ``Learner.update`` on the same batches: bit-equal weights and targets, and the same
+    reduced metrics, step counts, losses, TD errors, target updates and learning rates."""
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    from rl_app.rllib.offpolicy import as_multi_agent_batch
+
+    config, chunks = sampled_chunks(name, calls=2, steps=64)
+    buffer = ArrayPrioritizedEpisodeReplayBuffer(capacity=1000, alpha=0.0)
+    buffer.rng = np.random.default_rng(7)
+    buffer.add([chunk for call in chunks for chunk in call])
+    env = gym.make("Pendulum-v1" if name == "sac_pendulum" else "CartPole-v1")
+    spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
+    lean, full = config.build_learner(spaces=spaces), config.build_learner(spaces=spaces)
+    full.set_state(lean.get_state())
+    assert lean.lean_update_refusal() is None
+    for step in range(1, 6):  # DQN's targets copied at some steps, SAC's averaged at each
+        columns = buffer.sample_batch(32, n_step=1, gamma=0.99)
+        timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: (step // 2) * 10_000 + step}
+        torch.manual_seed(step)  # SAC's loss samples actions
+        lean.update_from_columns(columns, timesteps)
+        torch.manual_seed(step)
+        full.update(batch=as_multi_agent_batch(columns), timesteps=timesteps, _no_metrics_reduce=True)
+    for key, tensor in lean.module[DEFAULT_MODULE_ID].state_dict().items():
+        torch.testing.assert_close(
+            tensor, full.module[DEFAULT_MODULE_ID].state_dict()[key], rtol=0, atol=0, msg=key
+        )
+    with pytest.raises(ValueError, match="one size per training step"):
+        lean.update_from_columns(buffer.sample_batch(16, n_step=1, gamma=0.99), timesteps)
+    lean.log_update_totals()
+    lean.log_update_totals()  # nothing kept since: logs nothing (the counts would double)
+    ours, theirs = flat_results(lean.metrics.reduce()), flat_results(full.metrics.reduce())
+    assert set(ours) == set(theirs)
+    assert ours[(DEFAULT_MODULE_ID, "num_module_steps_trained")] == 5 * 32
+    assert ours[(DEFAULT_MODULE_ID, "num_target_updates")] > 0
+    for key, value in theirs.items():
+        np.testing.assert_array_equal(ours[key], value, err_msg=str(key))
+    env.close()
+
+
 @pytest.mark.parametrize("name", ["dqn_cartpole", "sac_pendulum"])
 def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: None, name: str) -> None:
     """With the runner and the learner in the driver, one training step runs an iteration's rounds
     inside one learner call, the runner's steps going to the buffer as transitions, and collects
     metrics once: the same env steps, stored steps, replay draws (SAC's prioritized, so its TD
-    errors must reach the priorities), weights and runner weights as running RLlib's rounds
-    (episodes from the runner, learner-group update, metrics per round) one after another."""
+    errors must reach the priorities), weights, runner weights and learner results as running
+    RLlib's rounds (episodes from the runner, learner-group update, metrics per round) one after
+    another."""
     from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     overrides = ("training.num_steps_sampled_before_learning_starts=64", "evaluation.interval=0")
@@ -389,8 +455,15 @@ def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: No
         algo = experiment_config(name, overrides).build_algo()  # reseeds torch's and numpy's RNGs
         try:
             if in_one_process:
-                algo.training_step()
+                learner = algo.learner_group._learner
+                with mock.patch.object(
+                    learner, "update_from_columns", wraps=learner.update_from_columns
+                ) as lean:
+                    algo.training_step()
                 assert algo.env_runner._open_episodes is not None  # it sampled transitions, not episodes
+                # One minibatch per update (SAC's prioritized replay) takes the lean update; DQN's
+                # round of uniform minibatches one learner.update call.
+                assert lean.called == (name == "sac_pendulum")
                 steps = algo.metrics.peek(lifetime)
                 assert steps >= algo.config.min_sample_timesteps_per_iteration > 64
                 assert algo.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID, "num_module_steps_trained")) > 0
@@ -403,13 +476,28 @@ def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: No
             runner_weights = {k: v.clone() for k, v in algo.env_runner.module.state_dict().items()}
             # The runner's weights sequence number, which its next episodes carry: as RLlib's sync sets it.
             seq_no = algo.env_runner._weights_seq_no
-            results.append((weights, runner_weights, seq_no, algo.local_replay_buffer.get_state()))
+            # RLlib's stats kept with window 1 (losses, Q values, the weights' number)
+            window_one = {
+                k
+                for k, v in flattened(algo.metrics.stats[LEARNER_RESULTS]).items()
+                if getattr(v, "_window", 0) == 1
+            }
+            learner_results = flat_results(algo.metrics.reduce()[LEARNER_RESULTS])
+            buffer_state = algo.local_replay_buffer.get_state()
+            results.append((weights, runner_weights, seq_no, buffer_state, learner_results, window_one))
         finally:
             algo.stop()
     (
-        (weights, runner_weights, seq_no, buffer),
-        (their_weights, their_runner_weights, their_seq_no, their_buffer),
+        (weights, runner_weights, seq_no, buffer, learner_results, _),
+        (their_weights, their_runner_weights, their_seq_no, their_buffer, their_learner_results, window_one),
     ) = results
+    # The same learner results: step counts, target updates, learning rates, batch sizes. Window-1
+    # stats are the last update's here, where RLlib's root logger averages each round's last.
+    assert set(learner_results) == set(their_learner_results)
+    assert (DEFAULT_MODULE_ID, "qf_loss") in window_one
+    for key, value in their_learner_results.items():
+        if key not in window_one:
+            np.testing.assert_array_equal(learner_results[key], value, err_msg=str(key))
     for key, value in weights.items():
         np.testing.assert_array_equal(value, their_weights[key], err_msg=key)
     assert seq_no == their_seq_no > 0

@@ -15,7 +15,9 @@ update around the torch math. Here, registered through ``AlgorithmConfig.learner
   (``tau * main + (1 - tau) * target``) as three multi-tensor ops over tensors listed once, where
   RLlib goes through state dicts and ``load_state_dict``;
 - PPO's minibatches are cut from the train batch's tensors (see :class:`ColumnMinibatches`);
-- SAC runs one backward pass per update where RLlib runs four (see :class:`BatchedStepSACLearner`).
+- SAC runs one backward pass per update where RLlib runs four (see :class:`BatchedStepSACLearner`);
+- DQN and SAC take one replayed minibatch without ``Learner.update``'s per-call machinery, their
+  per-update metrics logged once per training step (``update_from_columns``).
 
 With the fused Adam off (``fused_adam = False``) every update is bit-equal to RLlib's learner's;
 with it, equal to rounding (tests/test_offpolicy.py, tests/test_learners.py).
@@ -23,6 +25,7 @@ with it, equal to rounding (tests/test_offpolicy.py, tests/test_learners.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterator
@@ -41,7 +44,7 @@ from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.algorithms.sac.torch.sac_torch_learner import SACTorchLearner
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
-from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
+from ray.rllib.core.learner.learner import ENTROPY_KEY, LR_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.core.learner.utils import update_target_network
 from ray.rllib.core.rl_module.apis import TargetNetworkAPI
 from ray.rllib.evaluation.postprocessing import Postprocessing
@@ -58,6 +61,7 @@ from ray.rllib.utils.metrics import (
     NUM_TARGET_UPDATES,
     WEIGHTS_SEQ_NO,
 )
+from ray.rllib.utils.metrics.ray_metrics import TimerAndPrometheusLogger
 from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
 from ray.rllib.utils.torch_utils import clip_gradients as rllib_clip_gradients
 from ray.rllib.utils.torch_utils import explained_variance
@@ -157,15 +161,43 @@ class _BatchedStepMixin:
         return None
 
 
+@dataclasses.dataclass
+class _UpdateTotals:
+    """What :meth:`_TargetAverageMixin.update_from_columns` logs once per training step."""
+
+    updates: int = 0
+    rows: int = 0  # per update, the same in all (what makes one logged mean RLlib's running mean)
+    losses: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # the last update's
+    target_updates: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # count, last ts
+
+
 class _TargetAverageMixin(_BatchedStepMixin):
-    """DQN's and SAC's target-network average in multi-tensor ops (see the module docstring)."""
+    """DQN's and SAC's target-network average in multi-tensor ops (see the module docstring), and
+    a lean update for one replayed minibatch in the algorithm's own process."""
 
     last_update_ts_by_mid: Any
+    _device: Any
+    _weights_seq_no: int
+    _optimizer_lr_schedules: dict[Any, Any]
+    _named_optimizers: dict[str, torch.optim.Optimizer]
+    _get_optimizer_lr: Any
+    _metrics_learner_inner_update: Any
+    _metrics_all_modules_num_env_steps_trained: Any
+    _metrics_all_modules_num_module_steps_trained: Any
+    TOTAL_LOSS_KEY: str
 
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         # DQNLearner's (RLlib 2.60) with polyak_average_tensors for its update_target_network.
         super(DQNLearner, self).after_gradient_based_update(timesteps=timesteps)  # type: ignore[misc]
+        for module_id, timestep in self._average_targets(timesteps):
+            self.metrics.log_value((module_id, NUM_TARGET_UPDATES), 1, reduce="lifetime_sum")
+            self.metrics.log_value((module_id, LAST_TARGET_UPDATE_TS), timestep, reduce="max")
+
+    def _average_targets(self, timesteps: dict[str, Any]) -> list[tuple[str, int]]:
+        """Move each module's targets towards its nets where the update frequency says so; returns
+        (module, timestep) of those it moved."""
         timestep = timesteps.get(NUM_ENV_STEPS_SAMPLED_LIFETIME, 0)
+        moved = []
         for module_id, module in self.module._rl_modules.items():
             config = self.config.get_config_for_module(module_id)
             unwrapped = module.unwrapped()
@@ -184,9 +216,71 @@ class _TargetAverageMixin(_BatchedStepMixin):
             else:
                 mains, targets = tensors
                 polyak_average_tensors(mains, targets, config.tau)
-            self.metrics.log_value((module_id, NUM_TARGET_UPDATES), 1, reduce="lifetime_sum")
             self.last_update_ts_by_mid[module_id] = timestep
-            self.metrics.log_value((module_id, LAST_TARGET_UPDATE_TS), timestep, reduce="max")
+            moved.append((module_id, timestep))
+        return moved
+
+    def lean_update_refusal(self) -> str | None:
+        """Why :meth:`update_from_columns` cannot stand in for ``update``, or None."""
+        if self.config.num_learners > 1 or len(self.module) != 1:
+            return "several learners or modules"
+        scheduled = any(schedule.use_schedule for schedule in self._optimizer_lr_schedules.values())
+        if scheduled or self._lr_scheduler_classes is not None:
+            return "a learning-rate schedule (its rate logged at every update)"
+        return None
+
+    def update_from_columns(self, columns: dict[str, np.ndarray], timesteps: dict[str, Any]) -> None:
+        """``update(batch=..., _no_metrics_reduce=True)`` for one minibatch of replayed columns, as
+        RLlib's ``Learner.update`` (2.60) runs it for our single module, less its per-call
+        machinery (training data, iterator, batch conversion through ``tree``): the same gradient
+        step and target average. What it logs once per update in window-1, sum, mean or max
+        metrics is kept here and logged by :meth:`log_update_totals`, to the same reduced values."""
+        (module_id,) = self.module.keys()
+        rows = len(next(iter(columns.values())))
+        totals = self.__dict__.setdefault("_totals", _UpdateTotals())
+        if totals.updates and rows != totals.rows:
+            raise ValueError(f"a lean update of {rows} rows after {totals.rows}: one size per training step")
+        self._weights_seq_no += 1
+        # convert_to_torch_tensor's conversion: float64 columns become float32.
+        tensors = {}
+        for name, column in columns.items():
+            tensor = torch.from_numpy(column)
+            if tensor.is_floating_point() and tensor.dtype != torch.float16:
+                tensor = tensor.float()
+            tensors[name] = tensor.to(self._device)
+        with TimerAndPrometheusLogger(self._metrics_learner_inner_update):
+            _, losses, _ = self._update({module_id: SampleBatch(tensors)})  # type: ignore[attr-defined]
+        totals.updates, totals.rows, totals.losses = totals.updates + 1, rows, losses
+        for moved_id, timestep in self._average_targets(timesteps):
+            count, _ = totals.target_updates.get(moved_id, (0, 0))
+            totals.target_updates[moved_id] = (count + 1, timestep)
+
+    def log_update_totals(self) -> None:
+        """Log what :meth:`update_from_columns` kept since the last call (a no-op after none)."""
+        totals = self.__dict__.pop("_totals", None)
+        if totals is None or totals.updates == 0:
+            return
+        (module_id,) = self.module.keys()
+        steps = totals.updates * totals.rows
+        self._metrics_all_modules_num_env_steps_trained.inc(value=steps)
+        self._metrics_all_modules_num_module_steps_trained.inc(value=steps)
+        log_steps_trained(
+            self.metrics, module_id, self._weights_seq_no, totals.updates, totals.rows, totals.rows
+        )
+        for loss_id, loss in totals.losses.items():
+            self.metrics.log_value(key=(loss_id, self.TOTAL_LOSS_KEY), value=loss, window=1)
+        # Learner.after_gradient_based_update's learning rates: constant without a schedule.
+        for optimizer_module, optimizer_names in self._module_optimizers.items():
+            for optimizer_name in optimizer_names:
+                optimizer = self._named_optimizers[optimizer_name]
+                self.metrics.log_value(
+                    key=(optimizer_module, f"{optimizer_name[len(optimizer_module) + 1 :]}_{LR_KEY}"),
+                    reduce="mean",
+                    value=self._get_optimizer_lr(optimizer),
+                )
+        for moved_id, (count, timestep) in totals.target_updates.items():
+            self.metrics.log_value((moved_id, NUM_TARGET_UPDATES), count, reduce="lifetime_sum")
+            self.metrics.log_value((moved_id, LAST_TARGET_UPDATE_TS), timestep, reduce="max")
 
 
 def clip_gradients(
@@ -230,6 +324,26 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     """Whether every element is finite, in one host sync: a norm is finite only if its elements are
     (a finite tensor whose norm overflows reads as not finite, and RLlib's path then decides)."""
     return bool(torch.stack(torch._foreach_norm(tensors)).isfinite().all())
+
+
+def log_steps_trained(
+    metrics: Any, module_id: str, weights_seq_no: int, count: int, size: int, env_steps: int
+) -> None:
+    """What RLlib's ``Learner._log_steps_trained_metrics`` (2.60) logs over ``count`` minibatches of
+    ``size`` rows and ``env_steps`` env steps each, in one call per metric: its sums are then count x
+    size, its mean the size, its window-1 sequence number the last, and its throughputs (computed
+    at each reduce from the sums) the same."""
+    metrics.log_value((module_id, WEIGHTS_SEQ_NO), weights_seq_no, window=1)
+    metrics.log_value((module_id, MODULE_TRAIN_BATCH_SIZE_MEAN), size, reduce="mean")
+    metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED), count * size, reduce="sum")
+    for key, value, reduce in (
+        ((module_id, NUM_MODULE_STEPS_TRAINED_LIFETIME), count * size, "lifetime_sum"),
+        ((ALL_MODULES, NUM_MODULE_STEPS_TRAINED), count * size, "sum"),
+        ((ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), count * size, "lifetime_sum"),
+        ((ALL_MODULES, NUM_ENV_STEPS_TRAINED), count * env_steps, "sum"),
+        ((ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), count * env_steps, "lifetime_sum"),
+    ):
+        metrics.log_value(key, value, reduce=reduce, with_throughput=True)
 
 
 class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
@@ -278,20 +392,15 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
             return super()._log_steps_trained_metrics(batch)
         if not minibatches.last:
             return None
-        count, metrics = minibatches.count, self.metrics
         ((module_id, module_batch),) = batch.policy_batches.items()
-        size, env_steps = len(module_batch), batch.env_steps()
-        metrics.log_value((module_id, WEIGHTS_SEQ_NO), self._weights_seq_no, window=1)
-        metrics.log_value((module_id, MODULE_TRAIN_BATCH_SIZE_MEAN), size, reduce="mean")
-        metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED), count * size, reduce="sum")
-        for key, value, reduce in (
-            ((module_id, NUM_MODULE_STEPS_TRAINED_LIFETIME), count * size, "lifetime_sum"),
-            ((ALL_MODULES, NUM_MODULE_STEPS_TRAINED), count * size, "sum"),
-            ((ALL_MODULES, NUM_MODULE_STEPS_TRAINED_LIFETIME), count * size, "lifetime_sum"),
-            ((ALL_MODULES, NUM_ENV_STEPS_TRAINED), count * env_steps, "sum"),
-            ((ALL_MODULES, NUM_ENV_STEPS_TRAINED_LIFETIME), count * env_steps, "lifetime_sum"),
-        ):
-            metrics.log_value(key, value, reduce=reduce, with_throughput=True)
+        log_steps_trained(
+            self.metrics,
+            module_id,
+            self._weights_seq_no,
+            minibatches.count,
+            len(module_batch),
+            batch.env_steps(),
+        )
         return None
 
     def compute_loss_for_module(
