@@ -414,7 +414,11 @@ def test_the_lean_update_is_rllibs_update_with_its_metrics_logged_once(name: str
     lean, full = config.build_learner(spaces=spaces), config.build_learner(spaces=spaces)
     full.set_state(lean.get_state())
     assert lean.lean_update_refusal() is None
-    for step in range(1, 6):  # DQN's targets copied at some steps, SAC's averaged at each
+    for learner in (lean, full):  # as after restoring optimizers saved with another rate
+        for optimizer in learner._named_optimizers.values():
+            learner._set_optimizer_lr(optimizer, lr=0.05)
+    updates = 7  # some rates' mean over 7 copies is not the rate to the last bit
+    for step in range(1, updates + 1):  # DQN's targets copied at some steps, SAC's averaged at each
         columns = buffer.sample_batch(32, n_step=1, gamma=0.99)
         timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: (step // 2) * 10_000 + step}
         torch.manual_seed(step)  # SAC's loss samples actions
@@ -431,7 +435,7 @@ def test_the_lean_update_is_rllibs_update_with_its_metrics_logged_once(name: str
     lean.log_update_totals()  # nothing kept since: logs nothing (the counts would double)
     ours, theirs = flat_results(lean.metrics.reduce()), flat_results(full.metrics.reduce())
     assert set(ours) == set(theirs)
-    assert ours[(DEFAULT_MODULE_ID, "num_module_steps_trained")] == 5 * 32
+    assert ours[(DEFAULT_MODULE_ID, "num_module_steps_trained")] == updates * 32
     assert ours[(DEFAULT_MODULE_ID, "num_target_updates")] > 0
     for key, value in theirs.items():
         np.testing.assert_array_equal(ours[key], value, err_msg=str(key))
@@ -449,6 +453,8 @@ def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: No
     from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     overrides = ("training.num_steps_sampled_before_learning_starts=64", "evaluation.interval=0")
+    if name == "sac_pendulum":  # rounds of 20 steps: several lean updates in the training step
+        overrides += ("env_runners.rollout_fragment_length=5",)
     lifetime = (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)
     results = []
     for in_one_process in (True, False):
@@ -463,7 +469,7 @@ def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: No
                 assert algo.env_runner._open_episodes is not None  # it sampled transitions, not episodes
                 # One minibatch per update (SAC's prioritized replay) takes the lean update; DQN's
                 # round of uniform minibatches one learner.update call.
-                assert lean.called == (name == "sac_pendulum")
+                assert lean.call_count > 1 if name == "sac_pendulum" else not lean.called
                 steps = algo.metrics.peek(lifetime)
                 assert steps >= algo.config.min_sample_timesteps_per_iteration > 64
                 assert algo.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID, "num_module_steps_trained")) > 0

@@ -181,6 +181,7 @@ class _TargetAverageMixin(_BatchedStepMixin):
     _optimizer_lr_schedules: dict[Any, Any]
     _named_optimizers: dict[str, torch.optim.Optimizer]
     _get_optimizer_lr: Any
+    _set_optimizer_lr: Any
     _metrics_learner_inner_update: Any
     _metrics_all_modules_num_env_steps_trained: Any
     _metrics_all_modules_num_module_steps_trained: Any
@@ -224,6 +225,8 @@ class _TargetAverageMixin(_BatchedStepMixin):
         """Why :meth:`update_from_columns` cannot stand in for ``update``, or None."""
         if self.config.num_learners > 1 or len(self.module) != 1:
             return "several learners or modules"
+        if self.config.policies_to_train is not None:
+            return "policies_to_train (RLlib's update decides per batch which modules learn)"
         scheduled = any(schedule.use_schedule for schedule in self._optimizer_lr_schedules.values())
         if scheduled or self._lr_scheduler_classes is not None:
             return "a learning-rate schedule (its rate logged at every update)"
@@ -251,9 +254,13 @@ class _TargetAverageMixin(_BatchedStepMixin):
         with TimerAndPrometheusLogger(self._metrics_learner_inner_update):
             _, losses, _ = self._update({module_id: SampleBatch(tensors)})  # type: ignore[attr-defined]
         totals.updates, totals.rows, totals.losses = totals.updates + 1, rows, losses
+        # Learner.after_gradient_based_update's rates: each optimizer's set from its (unscheduled)
+        # rate again, as after a restored optimizer state that had another.
+        for optimizer, schedule in self._optimizer_lr_schedules.items():
+            self._set_optimizer_lr(optimizer, lr=schedule.get_current_value())
         for moved_id, timestep in self._average_targets(timesteps):
-            count, _ = totals.target_updates.get(moved_id, (0, 0))
-            totals.target_updates[moved_id] = (count + 1, timestep)
+            count, last = totals.target_updates.get(moved_id, (0, timestep))
+            totals.target_updates[moved_id] = (count + 1, max(last, timestep))
 
     def log_update_totals(self) -> None:
         """Log what :meth:`update_from_columns` kept since the last call (a no-op after none)."""
@@ -262,21 +269,24 @@ class _TargetAverageMixin(_BatchedStepMixin):
             return
         (module_id,) = self.module.keys()
         steps = totals.updates * totals.rows
-        self._metrics_all_modules_num_env_steps_trained.inc(value=steps)
-        self._metrics_all_modules_num_module_steps_trained.inc(value=steps)
+        if steps > 0:  # Prometheus counters take positive increments only
+            self._metrics_all_modules_num_env_steps_trained.inc(value=steps)
+            self._metrics_all_modules_num_module_steps_trained.inc(value=steps)
         log_steps_trained(
             self.metrics, module_id, self._weights_seq_no, totals.updates, totals.rows, totals.rows
         )
         for loss_id, loss in totals.losses.items():
             self.metrics.log_value(key=(loss_id, self.TOTAL_LOSS_KEY), value=loss, window=1)
-        # Learner.after_gradient_based_update's learning rates: constant without a schedule.
+        # Learner.after_gradient_based_update's learning rates, one per update: constant without a
+        # schedule, so their mean, computed as RLlib's reduce computes it (the nanmean of N copies
+        # can differ from the rate in the last bit).
         for optimizer_module, optimizer_names in self._module_optimizers.items():
             for optimizer_name in optimizer_names:
-                optimizer = self._named_optimizers[optimizer_name]
+                rate = self._get_optimizer_lr(self._named_optimizers[optimizer_name])
                 self.metrics.log_value(
                     key=(optimizer_module, f"{optimizer_name[len(optimizer_module) + 1 :]}_{LR_KEY}"),
                     reduce="mean",
-                    value=self._get_optimizer_lr(optimizer),
+                    value=float(np.nanmean(np.full(totals.updates, rate))),
                 )
         for moved_id, (count, timestep) in totals.target_updates.items():
             self.metrics.log_value((moved_id, NUM_TARGET_UPDATES), count, reduce="lifetime_sum")

@@ -435,14 +435,16 @@ class _ArrayReplayTrainingStep:
         sample = runner.sample_transitions if refusal is not None and refusal() is None else runner.sample
         minimum = self.config.min_sample_timesteps_per_iteration or 0
         sampled = 0
-        while True:
-            sampled += self._round(sample, update, sync, sampled)
-            if sampled >= minimum:
-                break
-        self.metrics.aggregate([runner.get_metrics()], key=ENV_RUNNER_RESULTS)
-        if updated:
+        try:
+            while True:
+                sampled += self._round(sample, update, sync, sampled)
+                if sampled >= minimum:
+                    break
+        finally:  # the updates made are logged, as RLlib's would be, even if a round raised
             if lean:
                 learner.log_update_totals()
+        self.metrics.aggregate([runner.get_metrics()], key=ENV_RUNNER_RESULTS)
+        if updated:
             self.metrics.aggregate([learner.metrics.reduce()], key=LEARNER_RESULTS)
 
     def _sample_from_runners(self) -> list[Any]:
