@@ -163,7 +163,7 @@ class _BatchedStepMixin:
 
 @dataclasses.dataclass
 class _UpdateTotals:
-    """What :meth:`_TargetAverageMixin.update_from_columns` logs once per training step."""
+    """What :meth:`_OffPolicyMixin.update_from_columns` logs once per training step."""
 
     updates: int = 0
     rows: int = 0  # per update, the same in all (what makes one logged mean RLlib's running mean)
@@ -171,7 +171,7 @@ class _UpdateTotals:
     target_updates: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # count, last ts
 
 
-class _TargetAverageMixin(_BatchedStepMixin):
+class _OffPolicyMixin(_BatchedStepMixin):
     """DQN's and SAC's target-network average in multi-tensor ops (see the module docstring), and
     a lean update for one replayed minibatch in the algorithm's own process."""
 
@@ -566,11 +566,11 @@ class ColumnMinibatches:
             yield MultiAgentBatch({self._module_id: SampleBatch(minibatch)}, self._env_steps)
 
 
-class BatchedStepDQNLearner(_TargetAverageMixin, DQNTorchLearner):
+class BatchedStepDQNLearner(_OffPolicyMixin, DQNTorchLearner):
     """RLlib's DQN torch learner with the batched gradient-step bookkeeping."""
 
 
-class BatchedStepSACLearner(_TargetAverageMixin, SACTorchLearner):  # type: ignore[misc]
+class BatchedStepSACLearner(_OffPolicyMixin, SACTorchLearner):  # type: ignore[misc]
     """RLlib's SAC torch learner with the batched gradient-step bookkeeping and one backward pass
     per update where RLlib runs four.
 
