@@ -294,11 +294,17 @@ class FastEnvRunner(RLAppEnvRunner):
         cast(Any, self)._time_after_sampling = time.perf_counter()  # RLlib declares it None-typed
         return transitions
 
+    def _reset_open_episodes(self) -> _OpenEpisodes:
+        """Every env reset as RLlib's runner resets them (seeded at first, episode callbacks), its
+        episodes kept open for the transition path."""
+        self._reset_envs_and_episodes(explore=True)
+        self._open_episodes = _OpenEpisodes(self._ongoing_episodes, self._ended_for_metrics)
+        return self._open_episodes
+
     def _sample_transitions(self, num_timesteps: int) -> Transitions:
-        if self._open_episodes is None or self._needs_initial_reset:
-            self._reset_envs_and_episodes(explore=True)  # RLlib's: seeded at first, episode callbacks
-            self._open_episodes = _OpenEpisodes(self._ongoing_episodes, self._ended_for_metrics)
         episodes = self._open_episodes
+        if episodes is None or self._needs_initial_reset:
+            episodes = self._reset_open_episodes()
         env: Any = self.env
         action_struct = get_base_struct_from_space(env.single_action_space)
         rows = _Rows()
@@ -312,10 +318,7 @@ class FastEnvRunner(RLAppEnvRunner):
                 # As RLlib: this call's steps of the running episodes are dropped, every env starts over.
                 rows.drop_running(episodes.ids)
                 ts = 0
-                self._reset_envs_and_episodes(explore=True)
-                episodes = self._open_episodes = _OpenEpisodes(
-                    self._ongoing_episodes, self._ended_for_metrics
-                )
+                episodes = self._reset_open_episodes()
                 continue
             next_observations, rewards, terminateds, truncateds, _ = results
             stepped = ~episodes.resetting
