@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rl_app.config import load_experiment
+from rl_app.policy.evaluate import evaluate
 from rl_app.training.run import train
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
@@ -37,3 +38,20 @@ def test_shipped_experiment_reaches_its_return(
     assert summary.status == "finished"
     assert summary.best_eval_return >= target, summary
     assert summary.timesteps <= experiment.stop.timesteps + 10_000  # within the YAML's budget
+    if experiment.algorithm == "SAC":
+        assert_deterministic_is_not_below_sampled(summary.run_dir)
+
+
+def assert_deterministic_is_not_below_sampled(run_dir: Path, episodes: int = 20) -> None:
+    """A trained SAC policy's deterministic action (the mode of its squashed Gaussian) does at least
+    as well as its sampled ones, up to noise: the same 20 seeded starts both ways, and the paired
+    differences' mean may fall short of zero by at most twice its standard error."""
+    import statistics
+
+    runs = [evaluate(str(run_dir), episodes=episodes, explore=explore, seed=500) for explore in (False, True)]
+    deterministic, sampled = ([e["episode_return"] for e in run["per_episode"]] for run in runs)
+    differences = [d - s for d, s in zip(deterministic, sampled, strict=True)]
+    mean = statistics.fmean(differences)
+    standard_error = statistics.stdev(differences) / len(differences) ** 0.5
+    print(f"deterministic - sampled: {mean:+.1f} (standard error {standard_error:.1f}, {episodes} seeds)")
+    assert mean >= -2 * standard_error, (deterministic, sampled)

@@ -442,6 +442,10 @@ class Experiment(Section, Generic[T]):
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)  # type: ignore[arg-type]
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)  # type: ignore[arg-type]
     seed: NonNegativeInt | None = 0
+    tuning_seeds: list[NonNegativeInt] = Field(
+        default_factory=list,
+        description="Seeds its settings were chosen on; benches report figures on other seeds.",
+    )
     storage: str | None = Field(
         None, description="Mirror run folders to this local path or URI (s3://, gs://, ...)."
     )

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from rl_app.console.tables import output_console
 from rl_app.errors import UserError
+from rl_app.policy import EXPORT_FORMAT_VERSION
 from rl_app.runs.files import write_json
 from rl_app.runs.remote import open_checkpoint
 
@@ -100,7 +101,9 @@ def export_policy(
                 torch.jit.trace(policy, example).save(str(staged))
             else:
                 torch.onnx.export(
-                    PolicyWithDistInputs(policy) if distribution and isinstance(policy, Policy) else policy,
+                    PolicyWithDistInputs(policy).eval()
+                    if distribution and isinstance(policy, Policy)
+                    else policy,
                     (example,),
                     str(staged),
                     input_names=["obs"],
@@ -113,6 +116,7 @@ def export_policy(
         shutil.move(str(staged), target)
     exported = {
         "format": fmt,
+        "format_version": EXPORT_FORMAT_VERSION,
         "checkpoint": str(checkpoint),
         "iteration": info.iteration,
         # Which distribution the file's second output ("dist_inputs") parameterizes; None: actions only.

@@ -1,10 +1,11 @@
 """A trained policy as a plain ``torch.nn.Module``: observations in, env actions out.
 
 It applies the RLlib module and then what RLlib's default module-to-env
-connectors do, so it picks the actions RLlib's own deterministic evaluation
-picks: the greedy action for discrete spaces; for boxes, the distribution's
+connectors do: the greedy action for discrete spaces; for boxes, the distribution's
 deterministic value rescaled from [-1, 1] to the bounds and clipped
-(``normalize_actions=True``, RLlib's default).
+(``normalize_actions=True``, RLlib's default). The deterministic value is
+:func:`rl_app.rllib.distributions.deterministic_actions`' (tanh(mean) for SAC's squashed
+Gaussian, also for checkpoints whose module class predates rl_app's fix of RLlib's).
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ class Policy(torch.nn.Module):
             if "actions" in out:  # DQN's module picks the greedy action itself
                 action = out["actions"]
             else:
-                action = self.dist_cls.from_logits(out["action_dist_inputs"]).to_deterministic().sample()
+                from rl_app.rllib.distributions import deterministic_actions  # with RLlib, as load_module
+
+                action = deterministic_actions(self.dist_cls, out["action_dist_inputs"])
         low, high = self.low, self.high
         if isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):
             action = low + (action + 1.0) * (high - low) / 2.0

@@ -12,6 +12,9 @@ separate MLPs and joins them in a tanh fusion net with skip connections, about n
 compute of the critic of the SAC paper, SB3 and CleanRL (one MLP over observation and action
 concatenated) for [256, 256] layers. ``concat`` builds the paper's critic, in a module whose
 training forward pass is RLlib's with less around the same tensor operations.
+
+Every SAC module rl_app builds acts deterministically with tanh(mean), the mode of the squashed
+Gaussian it was trained with (:class:`TanhModeSACTorchRLModule`, see rl_app.rllib.distributions).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ray.rllib.core.models.configs import CNNEncoderConfig, MLPEncoderConfig, ML
 from ray.rllib.core.models.torch.encoder import TorchMLPEncoder
 from ray.rllib.core.models.torch.heads import TorchMLPHead
 
-from rl_app.rllib.distributions import draw_squashed_gaussian
+from rl_app.rllib.distributions import SquashedGaussian, draw_squashed_gaussian
 
 HIDDEN_GAIN = math.sqrt(2)
 POLICY_OUTPUT_GAIN = 0.01
@@ -103,7 +106,24 @@ def is_concat_critic_eligible(observation_space: Any, action_space: Any) -> bool
     )
 
 
-class ConcatCriticSACTorchRLModule(DefaultSACTorchRLModule):
+class TanhModeSACTorchRLModule(DefaultSACTorchRLModule):
+    """RLlib's SAC module whose inference distribution's deterministic action is tanh(mean)
+    (:class:`SquashedGaussian`), so RLlib's evaluation runners, its action connector and our runner
+    all act with it; exploration and training keep RLlib's own distribution class."""
+
+    def get_inference_action_dist_cls(self) -> Any:
+        dist_class = super().get_inference_action_dist_cls()
+        return SquashedGaussian if dist_class is TorchSquashedGaussian else dist_class
+
+    def get_exploration_action_dist_cls(self) -> Any:
+        # TorchRLModule's default is the inference class; exploration samples, so RLlib's serves.
+        return super().get_inference_action_dist_cls()
+
+    def get_train_action_dist_cls(self) -> Any:
+        return super().get_inference_action_dist_cls()
+
+
+class ConcatCriticSACTorchRLModule(TanhModeSACTorchRLModule):
     """RLlib's SAC module (2.60) for :class:`ConcatCriticSACCatalog`'s critics, its continuous-action
     training pass leaner around the same tensor operations, in the same order on the same RNG (the
     outputs and gradients are RLlib's to the bit, tests/test_adapter.py): the next state's actor and

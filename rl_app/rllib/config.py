@@ -122,7 +122,11 @@ def _module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: 
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from rl_app.envs import observation_space
-    from rl_app.rllib.catalog import ConcatCriticSACCatalog, ConcatCriticSACTorchRLModule
+    from rl_app.rllib.catalog import (
+        ConcatCriticSACCatalog,
+        ConcatCriticSACTorchRLModule,
+        TanhModeSACTorchRLModule,
+    )
     from rl_app.rllib.pixels import image_module_class, is_image_space
 
     default_spec: Any = config.get_default_rl_module_spec()
@@ -137,8 +141,9 @@ def _module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: 
                 f"(image observations {space.shape} {space.dtype} train with PPO, APPO, IMPALA or DQN)",
             )
     catalog_class = _catalog_class(experiment, source)
-    if catalog_class is ConcatCriticSACCatalog and module_class is DefaultSACTorchRLModule:
-        module_class = ConcatCriticSACTorchRLModule
+    if module_class is DefaultSACTorchRLModule:
+        concat = catalog_class is ConcatCriticSACCatalog
+        module_class = ConcatCriticSACTorchRLModule if concat else TanhModeSACTorchRLModule
     if module_class is default_spec.module_class and catalog_class is None:
         return None
     return RLModuleSpec(module_class=module_class, catalog_class=catalog_class)

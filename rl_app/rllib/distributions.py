@@ -7,13 +7,22 @@ operations on the same torch RNG, in the same order (for the training pass: the 
 tensor's uses are recorded is the order in which backward sums their gradients), so that what they
 draw and the log-probabilities they give are RLlib's to the bit (tests/test_sampling.py,
 tests/test_adapter.py).
+
+One place departs from RLlib on purpose: the deterministic action of a squashed Gaussian
+(:func:`deterministic_actions`, :class:`SquashedGaussian`). RLlib 2.60's
+``TorchSquashedGaussian.to_deterministic()`` returns the *unsquashed* mean, which its action
+connector then clips to the bounds; the policy was trained with tanh squashing, so its mode is
+tanh(mean), as in the SAC paper, SB3 and CleanRL. Every deterministic action rl_app takes (the env
+runners' evaluation, ``rl_app evaluate``, the exports and so the server) comes from here.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
+from ray.rllib.core.distribution.torch.torch_distribution import TorchDeterministic, TorchSquashedGaussian
 from ray.rllib.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT, SMALL_NUMBER
 
 LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
@@ -79,3 +88,21 @@ def sample_squashed_gaussian(
     rescaled = (actions - -1.0) / 2.0 * 2.0 - 1.0  # TorchSquashedGaussian._unsquash
     unsquashed = torch.atanh(torch.clamp(rescaled, -1.0 + SMALL_NUMBER, 1.0 - SMALL_NUMBER))
     return actions, _squashed_logp(unsquashed, loc, scale)
+
+
+def deterministic_actions(dist_class: Any, dist_inputs: torch.Tensor) -> torch.Tensor:
+    """The deterministic actions of RLlib distribution class ``dist_class`` for ``dist_inputs``:
+    RLlib's ``to_deterministic().sample()`` (the argmax of a categorical, the mean of a diagonal
+    Gaussian), but tanh(mean) for a squashed Gaussian, in [-1, 1] as its samples are."""
+    if isinstance(dist_class, type) and issubclass(dist_class, TorchSquashedGaussian):
+        loc, _ = dist_inputs.chunk(2, dim=-1)
+        return _squash(loc)
+    return dist_class.from_logits(dist_inputs).to_deterministic().sample()
+
+
+class SquashedGaussian(TorchSquashedGaussian):
+    """RLlib's squashed Gaussian whose deterministic value is its samples' mode, tanh(mean) (see the
+    module docstring): SAC's inference distribution, so RLlib's own action connector picks it too."""
+
+    def to_deterministic(self) -> TorchDeterministic:
+        return TorchDeterministic(loc=self._squash(self.loc))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from rl_app.errors import UserError, error_detail
+from rl_app.policy import EXPORT_FORMAT_VERSION
 
 SPEC = "policy.json"
 PREFERRED_FORMATS = ("onnx", "torchscript")  # onnxruntime needs no torch at run time
@@ -211,6 +212,20 @@ def _choose_file(spec: dict[str, Any], folder: Path, fmt: str | None) -> str:
     raise UserError(f"{folder / SPEC}: none of its policy files is there ({', '.join(map(str, files))})")
 
 
+def _refuse_clipped_sac_export(spec: dict[str, Any], folder: Path, file: str) -> None:
+    """A SAC export from before format 2 answers deterministic requests with clip(mean) instead of
+    the policy's tanh(mean): refuse it rather than serve actions the policy never trained for."""
+    entry = (spec.get("files") or {}).get(file)
+    version = entry.get("format_version", 1) if isinstance(entry, dict) else 1
+    continuous = spec["action_space"].get("type") == "Box"
+    if spec.get("algorithm") == "SAC" and continuous and version < EXPORT_FORMAT_VERSION:
+        source = spec.get("checkpoint") or "its run"
+        raise UserError(
+            f"{folder / file}: exported by an older rl_app whose deterministic SAC actions were "
+            f"clip(mean), not tanh(mean); export it again (rl_app export {source})"
+        )
+
+
 def load_served_policy(folder: Path, fmt: str | None = None) -> ServedPolicy:
     """The export in ``folder`` (ONNX preferred, or ``fmt``); a missing or corrupt one is a UserError."""
     spec_path = folder / SPEC
@@ -226,6 +241,7 @@ def load_served_policy(folder: Path, fmt: str | None = None) -> ServedPolicy:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{spec_path}: not a readable policy description ({error_detail(exc)})") from None
     file = _choose_file(spec, folder, fmt)
+    _refuse_clipped_sac_export(spec, folder, file)
     loader = _OnnxModel if file.endswith(".onnx") else _TorchScriptModel
     try:
         model = loader(folder / file)

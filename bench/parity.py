@@ -1,0 +1,284 @@
+"""Learning parity at equal env steps: rl_app against Stable-Baselines3, on held-out seeds.
+
+    python bench/parity.py [CASE ...] [--seeds 1,2,3]      (default: every case, its own seeds)
+
+For each case, the experiment as shipped (rl_app) and SB3 with RL Zoo's hyperparameters for the
+env (``Case.sb3``; what differs from the experiment is listed with the case) train on the same
+seeds, each run in a fresh process, the two sides interleaved seed by seed. At every env-step
+mark both are evaluated on the same episodes: ``EVAL_EPISODES`` episodes reset with seeds 1000,
+1001, ..., deterministic actions (SB3's ``predict(deterministic=True)``, rl_app's policy as
+``rl_app evaluate`` runs it) and sampled ones. The seeds must not be among the experiment's
+``tuning_seeds``. Both sides use ``THREADS`` torch threads.
+
+Writes bench/results/parity-<date>-<time>.json and .md: per mark, the median return of each side
+with a bootstrap 95 % interval, and the paired per-seed difference rl_app - SB3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from stats import interval_text, median_interval, paired_difference
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+THREADS = 2
+EVAL_EPISODES = 10
+EVAL_SEED = 1000
+
+
+@dataclass(frozen=True)
+class Case:
+    experiment: str
+    marks: tuple[int, ...]
+    seeds: tuple[int, ...]
+    # SB3's algorithm class and keyword arguments (RL Zoo's hyperparameters for the env).
+    sb3: dict[str, Any] = field(default_factory=dict)
+    differences: str = ""  # what differs between the two sides' settings
+
+
+# RL Zoo's hyperparams/sac.yml: HalfCheetah (n_timesteps 1e6, learning_starts 10000, the rest SB3's
+# defaults) and Pendulum-v1 (n_timesteps 20000, learning_rate 1e-3).
+SAC_ZOO = {
+    "learning_rate": 3e-4,
+    "buffer_size": 1_000_000,
+    "batch_size": 256,
+    "tau": 0.005,
+    "gamma": 0.99,
+    "train_freq": 1,
+    "gradient_steps": 1,
+    "ent_coef": "auto",
+    "policy_kwargs": {"net_arch": [256, 256]},
+}
+CASES = {
+    case.experiment: case
+    for case in (
+        Case(
+            "sac_halfcheetah",
+            marks=(10_000, 20_000, 30_000),
+            seeds=(1, 2, 3),
+            sb3={"algorithm": "SAC", **SAC_ZOO, "learning_starts": 5_000},
+            differences="both start learning after 5,000 random steps (RL Zoo: 10,000)",
+        ),
+        Case(
+            "sac_pendulum",
+            marks=(5_000, 10_000, 20_000),
+            seeds=tuple(range(10, 20)),
+            sb3={"algorithm": "SAC", **SAC_ZOO, "learning_rate": 1e-3, "learning_starts": 100},
+            differences=(
+                "rl_app as shipped (its own learning rates, 2-5-step returns, prioritized replay) "
+                "against RL Zoo's Pendulum settings for SB3 (lr 1e-3, 1-step, uniform)"
+            ),
+        ),
+    )
+}
+
+
+def env_id(experiment: str) -> str:
+    from rl_app.config import load_experiment
+
+    return load_experiment(experiment).config.env.id
+
+
+def ours(case: Case, seed: int) -> dict[str, Any]:
+    """Train ``case.experiment`` as rl_app builds it, evaluating at each mark (in this process)."""
+    import copy
+
+    import ray
+    import torch
+    from common import build_experiment_algo
+    from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    from rl_app.cluster.session import shutdown_ray
+    from rl_app.config import load_experiment
+    from rl_app.policy.evaluate import run_episodes
+    from rl_app.policy.module import Policy
+
+    torch.set_num_threads(THREADS)
+    env_spec = load_experiment(case.experiment).config.env
+    episodes = [(i, EVAL_SEED + i) for i in range(EVAL_EPISODES)]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        algo = build_experiment_algo(case.experiment, [f"seed={seed}", "evaluation.interval=0"], 2, 0)
+        marks, rows, began = list(case.marks), [], time.perf_counter()
+        while marks:
+            steps = algo.train()[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME]
+            while marks and steps >= marks[0]:
+                row: dict[str, Any] = {"mark": marks.pop(0), "steps": int(steps)}
+                for explore in (False, True):
+                    module = copy.deepcopy(algo.get_module())
+                    results = run_episodes(Policy(module, explore=explore).eval(), env_spec, episodes)
+                    row["sampled" if explore else "deterministic"] = [r.episode_return for r in results]
+                torch.set_num_threads(THREADS)  # run_episodes takes one thread
+                row["wall_s"] = time.perf_counter() - began
+                rows.append(row)
+                print(f"  rl_app seed {seed}: {_row_text(row)}", file=sys.stderr, flush=True)
+        algo.stop()
+    finally:
+        shutdown_ray(local=True)
+    return {"threads": torch.get_num_threads(), "marks": rows}
+
+
+def sb3(case: Case, seed: int) -> dict[str, Any]:
+    """Train SB3 with ``case.sb3``, evaluating at each mark as :func:`ours` does."""
+    import gymnasium as gym
+    import stable_baselines3
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    torch.set_num_threads(THREADS)
+    kwargs = dict(case.sb3)
+    algorithm = getattr(stable_baselines3, kwargs.pop("algorithm"))
+    name = env_id(case.experiment)
+    model = algorithm("MlpPolicy", gym.make(name), seed=seed, verbose=0, **kwargs)
+    eval_env = gym.make(name)
+    rows: list[dict[str, Any]] = []
+    began = time.perf_counter()
+
+    def episode_returns(deterministic: bool) -> list[float]:
+        returns = []
+        for i in range(EVAL_EPISODES):
+            obs, _ = eval_env.reset(seed=EVAL_SEED + i)
+            total, done = 0.0, False
+            while not done:
+                action, _ = model.predict(obs, deterministic=deterministic)
+                obs, reward, terminated, truncated, _ = eval_env.step(action)
+                total, done = total + float(reward), terminated or truncated
+            returns.append(total)
+        return returns
+
+    class Marks(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps in case.marks:
+                row = {"mark": self.num_timesteps, "steps": self.num_timesteps}
+                row["deterministic"], row["sampled"] = episode_returns(True), episode_returns(False)
+                row["wall_s"] = time.perf_counter() - began
+                rows.append(row)
+                print(f"  SB3 seed {seed}: {_row_text(row)}", file=sys.stderr, flush=True)
+            return True
+
+    model.learn(total_timesteps=max(case.marks), callback=Marks())
+    return {"threads": torch.get_num_threads(), "version": stable_baselines3.__version__, "marks": rows}
+
+
+def _row_text(row: dict[str, Any]) -> str:
+    mean = sum(row["deterministic"]) / len(row["deterministic"])
+    sampled = sum(row["sampled"]) / len(row["sampled"])
+    return f"{row['steps']:,} steps: {mean:.1f} deterministic, {sampled:.1f} sampled ({row['wall_s']:.0f} s)"
+
+
+def run_side(side: str, case: Case, seed: int) -> dict[str, Any]:
+    """One side's run of one seed, in a fresh process (this script's ``--worker``)."""
+    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+    command = [sys.executable, __file__, "--worker", side, case.experiment, str(seed)]
+    result = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env)
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def summarize(case: Case, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per mark: each side's median mean-return over seeds (with intervals) and the paired difference."""
+    rows = []
+    for index, mark in enumerate(case.marks):
+
+        def means(side: str, kind: str, index: int = index) -> list[float]:
+            return [sum(r["marks"][index][kind]) / EVAL_EPISODES for r in runs[side]]
+
+        ours_det, sb3_det = means("rl_app", "deterministic"), means("sb3", "deterministic")
+        rows.append(
+            {
+                "mark": mark,
+                "rl_app_deterministic": median_interval(ours_det),
+                "rl_app_sampled": median_interval(means("rl_app", "sampled")),
+                "sb3_deterministic": median_interval(sb3_det),
+                "sb3_sampled": median_interval(means("sb3", "sampled")),
+                "difference": paired_difference(ours_det, sb3_det),
+            }
+        )
+    return rows
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        f"# Learning parity at equal env steps, {results['date']}",
+        "",
+        f"Mean return of {EVAL_EPISODES} episodes (reset seeds {EVAL_SEED}-{EVAL_SEED + EVAL_EPISODES - 1}) "
+        f"at each mark; medians over the held-out seeds with bootstrap 95 % intervals; "
+        f"{THREADS} torch threads on both sides.",
+        "",
+        "| experiment | env steps | rl_app deterministic | rl_app sampled | SB3 deterministic "
+        "| SB3 sampled | rl_app - SB3 (paired) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, entry in results["cases"].items():
+        for row in entry["summary"]:
+            cells = [
+                interval_text(row[key])
+                for key in (
+                    "rl_app_deterministic",
+                    "rl_app_sampled",
+                    "sb3_deterministic",
+                    "sb3_sampled",
+                    "difference",
+                )
+            ]
+            lines.append(f"| {name} | {row['mark']:,} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for name, entry in results["cases"].items():
+        seeds = ", ".join(map(str, entry["case"]["seeds"]))
+        lines.append(f"- {name}: seeds {seeds}; {entry['case']['differences']}.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cases", nargs="*", metavar="CASE", help=f"any of {', '.join(CASES)}")
+    parser.add_argument("--seeds", help="comma-separated seeds (default: each case's own)")
+    parser.add_argument("--worker", nargs=3, metavar=("SIDE", "CASE", "SEED"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    unknown = [name for name in args.cases if name not in CASES]
+    if unknown:
+        parser.error(f"unknown case {unknown[0]} (cases: {', '.join(CASES)})")
+    if args.worker:
+        side, name, seed = args.worker
+        work = ours if side == "rl_app" else sb3
+        print(json.dumps(work(CASES[name], int(seed))))
+        return 0
+
+    from rl_app.config import load_experiment
+
+    stamp = datetime.now().strftime("%Y-%m-%d-%H%M")
+    results: dict[str, Any] = {"date": stamp, "threads": THREADS, "cases": {}}
+    for name in args.cases or list(CASES):
+        case = CASES[name]
+        if args.seeds:
+            case = Case(**{**asdict(case), "seeds": tuple(int(s) for s in args.seeds.split(","))})
+        tuned = set(load_experiment(name).config.tuning_seeds)
+        if tuned & set(case.seeds):
+            print(f"{name}: seeds {sorted(tuned & set(case.seeds))} are its tuning seeds", file=sys.stderr)
+            return 2
+        runs: dict[str, list[dict[str, Any]]] = {"rl_app": [], "sb3": []}
+        for seed in case.seeds:  # interleaved: drift on a shared machine hits both alike
+            for side in runs:
+                print(f"{name}: {side}, seed {seed}", file=sys.stderr, flush=True)
+                runs[side].append({"seed": seed, **run_side(side, case, seed)})
+        results["cases"][name] = {"case": asdict(case), "runs": runs, "summary": summarize(case, runs)}
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"parity-{stamp}"
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(results))
+    print(markdown(results))
+    print(f"wrote {out}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
