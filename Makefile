@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
+.PHONY: test-cluster help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -100,11 +100,14 @@ format: setup ## apply ruff's formatting and autofixes
 	$(BIN)/ruff format $(LINT_PATHS)
 	$(BIN)/ruff check --fix $(LINT_PATHS)
 
-test: setup ## the full test suite, learning tests included
-	$(BIN)/python -m pytest tests
+test: setup ## the full test suite, learning tests included (the multi-node ones: make test-cluster)
+	$(BIN)/python -m pytest tests -m "not cluster"
 
-test-fast: setup ## everything but the slow learning tests
-	$(BIN)/python -m pytest tests -m "not slow"
+test-fast: setup ## everything but the slow learning tests and the multi-node ones
+	$(BIN)/python -m pytest tests -m "not slow and not cluster"
+
+test-cluster: setup ## a head and two workers on loopback addresses: lost nodes, jobs, sweeps (~8 min)
+	$(BIN)/python -m pytest tests -m cluster
 
 bench: setup ## rl_app vs Stable-Baselines3 (PPO and DQN time to solve, seeds 0-4), sampling, learner, start-up (~27 min)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt

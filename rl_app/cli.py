@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_version_mismatch(train)
     train.add_argument("--storage", metavar="URI", help="mirror the run folder here (path, s3://, gs://)")
     train.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
+    _add_cluster_token(train)
     _add_runs_dir(train)
     train.add_argument("--verbose", action="store_true", help="show Ray's and RLlib's own logs")
 
@@ -82,18 +83,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--storage", metavar="URI", help="trials and checkpoints go here (path, s3://, gs://)")
     sweep.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
+    _add_cluster_token(sweep)
     _add_runs_dir(sweep)
     sweep.add_argument("--verbose", action="store_true", help="show Ray's, Tune's and RLlib's own logs")
 
-    cluster = commands.add_parser("cluster", help="start/stop a local Ray head node (127.0.0.1, token auth)")
-    cluster.add_argument("action", choices=("up", "down"))
-    cluster.add_argument("--port", type=_port, default=6380, help="GCS port (default 6380)")
-    cluster.add_argument("--dashboard-port", type=_port, default=8265, help="Jobs API (default 8265)")
-    cluster.add_argument("--num-cpus", type=_positive_int, help="CPUs the head offers (default: all)")
+    cluster = commands.add_parser(
+        "cluster", help="Ray nodes on this machine: up/down a head, join/leave as a worker (token auth)"
+    )
+    cluster.add_argument("action", choices=("up", "down", "join", "leave"))
+    cluster.add_argument("head", nargs="?", metavar="HEAD", help="join: the head's GCS address, HOST:PORT")
+    cluster.add_argument("--port", type=_port, default=6380, help="up: GCS port (default 6380)")
+    cluster.add_argument("--dashboard-port", type=_port, default=8265, help="up: Jobs API (default 8265)")
+    cluster.add_argument("--num-cpus", type=_non_negative_int, help="CPUs the node offers (default: all)")
+    cluster.add_argument(
+        "--num-gpus", type=_non_negative_int, help="join: GPUs the node offers (default: all)"
+    )
+    cluster.add_argument("--resources", type=_resources, help='join: custom resources as JSON, {"name": 1}')
+    cluster.add_argument("--token-file", help="join: the cluster's token (default: $RAY_AUTH_TOKEN, or up's)")
     cluster.add_argument(
         "--bind",
-        default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1; anything else exposes Ray's ports to that network)",
+        help="the node's address (up: default 127.0.0.1, loopback only, no workers; any other address "
+        "takes workers and exposes Ray's ports there; join: default Ray's choice; leave: that node only)",
     )
 
     submit = commands.add_parser("submit", help="run training (or --sweep) on a Ray cluster as a Ray Job")
@@ -193,6 +203,31 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (got {text!r})")
+    return value
+
+
+def _resources(text: str) -> dict[str, float]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+        for k, v in value.items()
+    ):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of names to amounts >= 0, got {text!r}")
+    return {k: float(v) for k, v in value.items()}
+
+
 def _port(text: str, lowest: int = 1) -> int:
     try:
         value = int(text)
@@ -215,6 +250,13 @@ def _non_negative_float(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
+
+
+def _add_cluster_token(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--token-file",
+        help="with --address: the cluster's auth token (default: $RAY_AUTH_TOKEN, or cluster up's)",
+    )
 
 
 def _add_version_mismatch(parser: argparse.ArgumentParser) -> None:
@@ -266,6 +308,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         init_from=args.init_from,
         storage=args.storage,
         address=args.address,
+        token_file=args.token_file,
         runs_root=args.runs_dir,
         verbose=args.verbose,
     )
@@ -282,6 +325,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         resume=args.resume,
         storage=args.storage,
         address=args.address,
+        token_file=args.token_file,
         runs_root=args.runs_dir,
         verbose=args.verbose,
     )
@@ -289,16 +333,45 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_cluster(args: argparse.Namespace) -> int:
-    from rl_app.cluster.head import cluster_down, cluster_up
+    from rl_app.cluster import nodes
 
+    if args.head is not None and args.action != "join":
+        raise UserError(f"cluster {args.action} takes no head address (only join does)")
     if args.action == "up":
-        state = cluster_up(
-            port=args.port, dashboard_port=args.dashboard_port, num_cpus=args.num_cpus, bind=args.bind
+        state = nodes.cluster_up(
+            port=args.port,
+            dashboard_port=args.dashboard_port,
+            num_cpus=args.num_cpus,
+            bind=args.bind or nodes.LOOPBACK,
         )
         print(f"Ray head node up: jobs at {state.address}, ray.init(address='{state.gcs_address}')")
         print(f"Token auth on; token in {state.token_file} (mode 0600). Stop it with: rl_app cluster down")
+        if state.node_ip == nodes.LOOPBACK:
+            print("Loopback only: no worker node can join (rl_app cluster up --bind ADDR takes them)")
+        else:
+            print(
+                f"Workers join with: rl_app cluster join {state.gcs_address} --token-file {state.token_file}"
+            )
+        print(f"Listening:\n{nodes.describe_listeners(state)}")
+    elif args.action == "join":
+        if args.head is None:
+            raise UserError("cluster join needs the head's GCS address: rl_app cluster join HOST:PORT")
+        state = nodes.cluster_join(
+            args.head,
+            bind=args.bind,
+            num_cpus=args.num_cpus,
+            num_gpus=args.num_gpus,
+            resources=args.resources,
+            token_file=args.token_file,
+        )
+        print(f"Worker node {state.node_ip} joined the cluster at {state.gcs_address}")
+        print(f"Listening:\n{nodes.describe_listeners(state)}")
+        print(f"Stop it with: rl_app cluster leave --bind {state.node_ip} (or cluster down)")
+    elif args.action == "leave":
+        stopped = nodes.cluster_leave(bind=args.bind)
+        print(f"Stopped the {stopped} processes of the worker node(s) joined from here")
     else:
-        print(f"Stopped the {cluster_down()} processes of the local cluster")
+        print(f"Stopped the {nodes.cluster_down()} processes of the local cluster")
     return 0
 
 

@@ -13,7 +13,7 @@ import pytest
 from helpers import SMALL_PPO
 
 from rl_app.cli import main
-from rl_app.cluster.head import ClusterState, cluster_down, cluster_up, free_port, listening_addresses
+from rl_app.cluster.nodes import ClusterState, cluster_down, cluster_up, free_port, listening_addresses
 from rl_app.cluster.jobs import Connection, client, submit
 
 pytestmark = pytest.mark.ray
@@ -32,7 +32,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
         started = time.monotonic()
         cluster_down(state_dir)
         took = time.monotonic() - started
-        from rl_app.cluster.head import _cluster_processes
+        from rl_app.cluster.nodes import _cluster_processes
 
         assert _cluster_processes(state.temp_dir, state.gcs_address) == [], "cluster down left processes"
         still = {

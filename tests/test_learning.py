@@ -55,3 +55,33 @@ def assert_deterministic_is_not_below_sampled(run_dir: Path, episodes: int = 20)
     standard_error = statistics.stdev(differences) / len(differences) ** 0.5
     print(f"deterministic - sampled: {mean:+.1f} (standard error {standard_error:.1f}, {episodes} seeds)")
     assert mean >= -2 * standard_error, (deterministic, sampled)
+
+
+def test_two_learners_train_ppo_cartpole_with_identical_weights(shipped: Path, tmp_path: Path) -> None:
+    """RLlib's torch DDP on two CPU learner actors (each a batch of 256 per iteration): the run
+    reaches ppo_cartpole's target, and after the last update both learners hold the same weights."""
+    import numpy as np
+
+    from rl_app.cluster.resources import plan_resources
+    from rl_app.training.learners import prepare_learner
+
+    loaded = load_experiment("ppo_cartpole", ["learners.num_learners=2"])
+    plan = plan_resources(loaded.config, 2, 0)
+    assert "2 learners on CPU (torch DDP)" in plan.describe()
+    summary = train("ppo_cartpole", ["learners.num_learners=2"], runs_root=tmp_path)
+    assert summary.status == "finished" and summary.best_eval_return >= loaded.config.stop.return_, summary
+
+    _, build = prepare_learner(loaded.config, plan, loaded.source)
+    learner = build()
+    try:
+        for _ in range(3):
+            learner.train(0, 0.0)
+        states = learner.algo.learner_group.foreach_learner(
+            lambda each: {k: v.detach().numpy() for k, v in each.module["default_policy"].state_dict().items()}
+        )
+        first, second = (state.get() for state in states)
+    finally:
+        learner.stop()
+    assert sorted(first) == sorted(second) and len(first) > 4
+    for name, weights in first.items():
+        np.testing.assert_array_equal(weights, second[name], err_msg=name)

@@ -181,7 +181,7 @@ def test_storage_outage_mid_run_training_goes_on_and_the_copy_catches_up(
     from moto.server import ThreadedMotoServer
     from rich.console import Console
 
-    from rl_app.cluster.head import free_port
+    from rl_app.cluster.nodes import free_port
     from rl_app.runs.checkpoints import list_checkpoints
     from rl_app.runs.remote import RunMirror
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from rl_app.cluster.head import DEFAULT_STATE_DIR, read_state, read_token
+from rl_app.cluster.nodes import DEFAULT_STATE_DIR, read_state, read_token
 from rl_app.console.tables import Column, fitted_table, output_console
 from rl_app.errors import UserError, first_line
 

@@ -28,10 +28,15 @@ class ResourcePlan:
         runners = f"{self.num_env_runners} env runner{'s' if self.num_env_runners != 1 else ''}"
         if self.num_env_runners == 0:
             runners = "sampling on the driver (0 env runners)"
+        learners = f"learner on {self.learner_device.upper()}"
+        if self.num_learners > 1:
+            learners = f"{self.num_learners} learners on {self.learner_device.upper()} (torch DDP)"
+        elif self.num_learners == 1:
+            learners = f"1 remote learner on {self.learner_device.upper()}"
         return (
             f"{self.num_cpus} CPU{'s' if self.num_cpus != 1 else ''}, {self.num_gpus:g} GPU"
             f"{'s' if self.num_gpus != 1 else ''}: {runners} x {self.num_envs_per_env_runner} "
-            f"envs, learner on {self.learner_device.upper()}"
+            f"envs, {learners}"
         )
 
 

@@ -32,10 +32,22 @@ def this_machine() -> Iterator[Cluster]:
     yield Cluster(num_cpus=local_cpu_count(), num_gpus=0, address=None)
 
 
+# What a local ``ray.init`` imports that torch imports too (stdlib modules): imported here first,
+# so that while Ray starts, the two threads never import the same module (tests/test_cluster.py
+# checks the two sets are otherwise disjoint).
+SHARED_WITH_RAY_INIT = ("argparse", "ctypes.util", "gettext", "gzip", "pkgutil", "timeit")
+
+
 def _import_in_background(modules: Sequence[str]) -> threading.Thread:
-    """Import ``modules`` on a thread while Ray starts: starting Ray is mostly waiting for
-    its processes, importing torch and RLlib is mostly Python, so the two overlap (~1.5 s).
+    """Import ``modules`` on a thread while a local Ray starts: starting Ray is mostly waiting for
+    its processes, importing torch is mostly Python, so the two overlap (~1 s).
+
+    Only for modules outside everything ``ray.init`` imports: Python 3.11 does not make importing
+    one package from two threads at once safe (a "partially initialized module" error), so RLlib,
+    which shares modules with Ray's start-up, is imported after Ray is up, on the main thread.
     An import that fails here fails again, with its real error, where it is used."""
+    for name in SHARED_WITH_RAY_INIT:
+        importlib.import_module(name)
 
     def load() -> None:
         for name in modules:
@@ -83,13 +95,18 @@ def _task_events_cap() -> dict[str, int]:
 
 @contextmanager
 def ray_session(
-    address: str | None = None, verbose: bool = False, preload: Sequence[str] = ()
+    address: str | None = None,
+    verbose: bool = False,
+    preload: Sequence[str] = (),
+    token_file: str | None = None,
 ) -> Iterator[Cluster]:
-    """Connect to ``address`` (or $RAY_ADDRESS), else start a local Ray sized to this machine.
+    """Connect to ``address`` (or $RAY_ADDRESS) with the cluster's token (``token_file``, else
+    found as :func:`rl_app.cluster.nodes.find_token` finds it), else start a local Ray sized to
+    this machine.
 
     A Ray already initialised by the caller (a test fixture, a notebook) is reused
     and left running; one started here is shut down on exit, Ctrl-C included.
-    ``preload`` names modules to import while Ray starts.
+    ``preload`` names modules to import: torch's while a local Ray starts, the rest after.
     """
     import ray
 
@@ -99,12 +116,16 @@ def ray_session(
     from rl_app.cluster.resources import local_gpu_count
 
     with _collector_paused():
-        preloading = _import_in_background(("torch", *preload))
         address = address or os.environ.get("RAY_ADDRESS") or None
         owned = not ray.is_initialized()
+        background = [name for name in ("torch", *preload) if name.split(".")[0] == "torch"]
+        preloading = _import_in_background(background) if owned and not address else None
         if owned:
-            _start_or_connect(address, verbose)
-        preloading.join()
+            _start_or_connect(address, verbose, token_file)
+        if preloading is not None:
+            preloading.join()
+        for name in preload:
+            importlib.import_module(name)
     if not verbose:
         capture_library_logs()  # again: RLlib, imported meanwhile, brought its own console handler
     try:
@@ -119,13 +140,21 @@ def ray_session(
         gc.unfreeze()
 
 
-def _start_or_connect(address: str | None, verbose: bool) -> None:
+def _start_or_connect(address: str | None, verbose: bool, token_file: str | None = None) -> None:
     import ray
 
     from rl_app.cluster.resources import local_cpu_count
 
     logging_level = logging.WARNING if verbose else logging.ERROR
     if address:
+        if "://" not in address and address != "auto":
+            from rl_app.cluster.nodes import check_gcs, find_token
+            from rl_app.ray_adapter import enable_token_auth
+
+            token = find_token(address, token_file)
+            check_gcs(address, token)
+            if token.value is not None:
+                enable_token_auth(token.value)  # this process's Ray sends it from now on
         try:
             ray.init(address=address, log_to_driver=verbose, logging_level=logging_level)
         except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -183,6 +183,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     from rl_app.rllib.env_runner import env_runner_class
     from rl_app.rllib.learners import BatchedStepPPOLearner
     from rl_app.rllib.offpolicy import use_array_replay
+    from rl_app.rllib.runners import PROBE_TIMEOUT_S
     from rl_app.rllib.sampling import sampling_refusal, vectorizes_natively
 
     spec = algorithm_spec(experiment.algorithm)
@@ -219,6 +220,8 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
             max_num_env_runner_restarts=runners.max_restarts,
             # Failing envs are our runner's to handle (it counts them and knows when to stop).
             restart_failed_sub_environments=False,
+            # Lost runners are pinged without waiting (rl_app.rllib.runners).
+            env_runner_health_probe_timeout_s=PROBE_TIMEOUT_S,
         )
     )
     if not spec.asynchronous_sampling:

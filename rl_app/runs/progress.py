@@ -35,6 +35,7 @@ class IterationMetrics:
     gpu_memory_mb: float = math.nan
     env_failures: float = math.nan  # env step()/reset() failures so far (envs recreated, episodes dropped)
     runner_restarts: float = math.nan  # crashed remote env runners recreated so far
+    runners_alive: float = math.nan  # remote env runners sampling now (none: sampling on the driver)
 
 
 CSV_FIELDS = list(IterationMetrics.__dataclass_fields__)

@@ -164,6 +164,8 @@ def upload(local: Path, storage: Storage, *parts: str) -> None:
             storage.fs.create_dir(storage.path(*parts), recursive=True)
             pafs.copy_files(str(local), storage.path(*parts), destination_filesystem=storage.fs)
         else:
+            if storage.is_local:  # a local filesystem writes no file into a folder that is not there
+                storage.fs.create_dir(storage.path(*parts[:-1]), recursive=True)
             pafs.copy_files(
                 str(local),
                 storage.path(*parts),

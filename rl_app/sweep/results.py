@@ -39,6 +39,7 @@ class TrialRow:
     checkpoint: str
     trial_dir: str
     error: str
+    nodes: str = ""  # the addresses of the nodes the trial ran on, in turn (more than one after a retry)
     history: list[dict[str, float]] = field(default_factory=list, repr=False)
     rank: int = 0
     fs_path: str = field(default="", repr=False)  # the trial folder on Tune's filesystem
@@ -85,6 +86,9 @@ def collect_trials(folder: StorageFolder, metric_key: str, mode: str) -> list[Tr
                 for point, evaluated in zip(history, frame["evaluated"].astype(bool), strict=True):
                     if not evaluated:
                         point["eval_return_mean"] = math.nan
+        ran_on = (
+            list(frame["node_ip"]) if frame is not None and "node_ip" in frame else [result.get("node_ip")]
+        )
         best = analysis.get_best_checkpoint(trial, metric_key, mode) if trial.checkpoint else None
         checkpoint = best or trial.checkpoint
         rows.append(
@@ -101,6 +105,7 @@ def collect_trials(folder: StorageFolder, metric_key: str, mode: str) -> list[Tr
                 checkpoint=folder.display(checkpoint.path) if checkpoint else "",
                 trial_dir=folder.display(str(trial.path or "")),
                 error=_error_line(trial, folder) if trial.status == "ERROR" else "",
+                nodes=" then ".join(dict.fromkeys(str(node) for node in ran_on if node)),
                 history=history,
                 fs_path=str(trial.path or ""),
             )
@@ -115,7 +120,7 @@ def collect_trials(folder: StorageFolder, metric_key: str, mode: str) -> list[Tr
 
 def write_results_csv(rows: list[TrialRow], keys: list[str], metric: str, out: Path) -> Path:
     fields = ["rank", "trial", "status", "failures", metric, "iterations", "timesteps", "return_mean",
-              "eval_return_mean", *keys, "checkpoint", "trial_dir", "error"]  # fmt: skip
+              "eval_return_mean", *keys, "nodes", "checkpoint", "trial_dir", "error"]  # fmt: skip
     with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
@@ -132,6 +137,7 @@ def write_results_csv(rows: list[TrialRow], keys: list[str], metric: str, out: P
                     "return_mean": row.return_mean,
                     "eval_return_mean": row.eval_return_mean,
                     **{k: format_value(row.values.get(k)) for k in keys},
+                    "nodes": row.nodes,
                     "checkpoint": row.checkpoint,
                     "trial_dir": row.trial_dir,
                     "error": row.error,

@@ -139,6 +139,7 @@ def run_sweep(
     resume: str | None = None,
     storage: str | None = None,
     address: str | None = None,
+    token_file: str | None = None,
     runs_root: Path = Path("runs"),
     verbose: bool = False,
     console: Console | None = None,
@@ -163,7 +164,7 @@ def run_sweep(
     metric = metric_name(experiment)
     num_trials = count_trials(sweep)
     began = time.monotonic()
-    with ray_session(address, verbose=verbose) as cluster:
+    with ray_session(address, verbose=verbose, token_file=token_file) as cluster:
         if not verbose:
             logging.getLogger("ray.tune").setLevel(logging.CRITICAL)  # crashes are reported by our callback
         resources = plan_trial_resources(experiment, num_trials, cluster.num_cpus, cluster.num_gpus)

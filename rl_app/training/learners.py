@@ -31,6 +31,10 @@ class Learner(Protocol):
 
     def warm_start(self, checkpoint: Path) -> None: ...
 
+    def notices(self) -> list[str]:
+        """What the last iteration has to tell the user beyond its metrics (runners lost or back)."""
+        ...
+
     def stop(self) -> None: ...
 
 
@@ -38,8 +42,12 @@ class RLlibLearner:
     """An RLlib ``Algorithm`` (kept as ``algo``), through the functions of :mod:`rl_app.rllib`."""
 
     def __init__(self, algo: Any, evaluation_interval: int, max_runner_restarts: int) -> None:
+        from rl_app.rllib.runners import RunnerWatch
+
         self.algo, self.evaluation_interval = algo, evaluation_interval
         self.max_runner_restarts = max_runner_restarts
+        self.runners = RunnerWatch(algo.env_runner_group)
+        self._notices: list[str] = []
 
     def train(self, previous_timesteps: int, elapsed_s: float) -> tuple[IterationMetrics, dict[str, Any]]:
         from rl_app.rllib.results import metrics_from_result
@@ -48,7 +56,14 @@ class RLlibLearner:
         result = self.algo.train()
         metrics = metrics_from_result(result, previous_timesteps, elapsed_s, self.evaluation_interval)
         metrics.runner_restarts = float(self.algo.env_runner_group.num_remote_worker_restarts())
+        change = self.runners.look()
+        self._notices = change.describe() if change else []
+        if self.runners.total:
+            metrics.runners_alive = float(self.runners.alive)
         return metrics, result
+
+    def notices(self) -> list[str]:
+        return self._notices
 
     def _stop_if_runners_lost(self) -> None:
         """Stop before the next iteration once remote runners crashed more than the limit allows.
@@ -139,6 +154,9 @@ class TabularLearner:
 
     def warm_start(self, checkpoint: Path) -> None:
         self.qlearning.load_table(checkpoint)  # the table only: the counters start fresh
+
+    def notices(self) -> list[str]:
+        return []
 
     def stop(self) -> None:
         self.qlearning.close()

@@ -52,6 +52,7 @@ class Step:
     metrics: IterationMetrics
     result: dict[str, Any]
     stop_reason: str | None
+    notices: list[str]  # what the learner says about the iteration (env runners lost or back)
 
 
 class TrainingLoop:
@@ -86,7 +87,12 @@ class TrainingLoop:
         self.iteration, self.timesteps, self.last = metrics.iteration, metrics.timesteps, metrics
         if not math.isnan(metrics.eval_return_mean):
             self.latest_eval_return = metrics.eval_return_mean
-        return Step(metrics, result, stop_reason(self.experiment.stop, metrics, self.evaluated))
+        return Step(
+            metrics,
+            result,
+            stop_reason(self.experiment.stop, metrics, self.evaluated),
+            self.learner.notices(),
+        )
 
     def evaluate(self) -> float:
         """Evaluate the current policy now, outside the schedule; its mean return."""

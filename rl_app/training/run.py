@@ -149,6 +149,10 @@ class TrainingRun:
                     progress.write(metrics)
                     tensorboard.log(metrics.timesteps, asdict(metrics), step.result)
                     self.printer.iteration(metrics)
+                    for notice in step.notices:
+                        self.printer.console.print(
+                            f"[yellow]warning:[/yellow] iteration {metrics.iteration}: {notice}"
+                        )
                     faults = self._new_faults(metrics, faults)
                     best = finite_max(best, metrics.return_mean)
                     best_eval = finite_max(best_eval, metrics.eval_return_mean)
@@ -247,6 +251,7 @@ def train(
     init_from: str | None = None,
     storage: str | None = None,
     address: str | None = None,
+    token_file: str | None = None,
     runs_root: Path = Path("runs"),
     verbose: bool = False,
     console: Console | None = None,
@@ -272,7 +277,9 @@ def train(
     storage_handle = open_storage(experiment.storage) if experiment.storage and plan.mirror is None else None
 
     session = (
-        ray_session(address, verbose=verbose, preload=algorithm_build_modules(experiment))
+        ray_session(
+            address, verbose=verbose, preload=algorithm_build_modules(experiment), token_file=token_file
+        )
         if algorithm_spec(experiment.algorithm).backend == "rllib"
         else this_machine()  # the tabular baseline runs in this process: no Ray to start
     )
