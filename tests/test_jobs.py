@@ -13,8 +13,8 @@ import pytest
 from helpers import SMALL_PPO
 
 from rl_app.cli import main
-from rl_app.cluster.nodes import ClusterState, cluster_down, cluster_up, free_port, listening_addresses
 from rl_app.cluster.jobs import Connection, client, submit
+from rl_app.cluster.nodes import ClusterState, cluster_down, cluster_up, free_port, listening_addresses
 
 pytestmark = pytest.mark.ray
 

@@ -10,6 +10,7 @@ to machine load), more than the suite's budget allows: its proof is ``make bench
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,9 +77,10 @@ def test_two_learners_train_ppo_cartpole_with_identical_weights(shipped: Path, t
     try:
         for _ in range(3):
             learner.train(0, 0.0)
-        states = learner.algo.learner_group.foreach_learner(
-            lambda each: {k: v.detach().numpy() for k, v in each.module["default_policy"].state_dict().items()}
-        )
+        def weights(each: Any) -> dict[str, Any]:
+            return {k: v.detach().numpy() for k, v in each.module["default_policy"].state_dict().items()}
+
+        states = learner.algo.learner_group.foreach_learner(weights)
         first, second = (state.get() for state in states)
     finally:
         learner.stop()
