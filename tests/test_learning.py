@@ -77,6 +77,7 @@ def test_two_learners_train_ppo_cartpole_with_identical_weights(shipped: Path, t
     try:
         for _ in range(3):
             learner.train(0, 0.0)
+
         def weights(each: Any) -> dict[str, Any]:
             return {k: v.detach().numpy() for k, v in each.module["default_policy"].state_dict().items()}
 
