@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: test-cluster help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
+.PHONY: test-cluster bench-scale bench-parity help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -127,6 +127,13 @@ soak: setup ## a 20-minute run, checkpoint every iteration: RSS, descriptors, th
 
 bench-serve: setup ## rl_app serve vs Ray Serve vs a plain FastAPI endpoint: req/s, p50/p99 at c=1,8,64 (~3 min)
 	$(BIN)/python bench/serve.py $(ARGS)
+
+bench-scale: setup ## env runners on one node vs spread over loopback nodes; bytes per iteration (~6 min)
+	$(BIN)/python bench/scale.py $(ARGS)
+
+bench-parity: setup ## learning at equal env steps, rl_app vs SB3 on held-out seeds (CASES=..., long: see bench/README.md)
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	$(BIN)/python bench/parity.py $(CASES) $(ARGS)
 
 bench-sweep: setup ## run ppo_cartpole_sweep and check its best against hand-tuned ppo_cartpole
 	$(BIN)/python bench/sweep.py $(EXP_SWEEP)

@@ -374,7 +374,11 @@ OPTION_CASES = {
     "sweep zero samples": (["sweep", "good", "--samples", "0"], ["--samples", "must be a positive integer"]),
     "cluster unknown action": (["cluster", "start"], ["invalid choice: 'start'", "'up', 'down'"]),
     "cluster port out of range": (["cluster", "up", "--port", "70000"], ["--port", "1 to 65535"]),
-    "cluster zero cpus": (["cluster", "up", "--num-cpus", "0"], ["--num-cpus", "got '0'"]),
+    "cluster negative cpus": (["cluster", "up", "--num-cpus", "-1"], ["--num-cpus", "got '-1'"]),
+    "cluster resources not json": (
+        ["cluster", "join", "127.0.0.2:6380", "--resources", "x"],
+        ["--resources", "got 'x'"],
+    ),
     "cluster dashboard port": (["cluster", "up", "--dashboard-port", "x"], ["--dashboard-port", "got 'x'"]),
     "jobs unknown action": (["jobs", "kill"], ["invalid choice: 'kill'", "'list', 'status', 'logs', 'stop'"]),
     "report without a run": (["report"], ["the following arguments are required: RUN"]),

@@ -168,3 +168,45 @@ def test_runners_crashing_past_max_restarts_stop_the_run_in_one_line_with_a_fina
     assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"
     final = latest_checkpoint(run_dir)
     assert final is not None and read_info(final).iteration == last  # the final checkpoint, not iter 4
+
+
+def test_a_killed_evaluation_runner_is_said_at_once_and_comes_back(
+    experiments: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Evaluation runners are watched as the training runners are: the loss is said in the
+    iteration that found it, evaluation goes on without the runner, and it comes back."""
+    import ray
+
+    from rl_app.training.learners import RLlibLearner
+
+    (experiments / "evaluated.yaml").write_text(
+        FAULTY.format(crash="never", after_steps=1, markers=tmp_path, runners=0)
+        + "evaluation: {interval: 1, episodes: 2, num_env_runners: 1}\n"
+    )
+    original, killed = RLlibLearner.train, []
+
+    def train_then_kill(self: RLlibLearner, *args: Any) -> Any:
+        metrics, result = original(self, *args)
+        if metrics.iteration == 2 and not killed:
+            (handle,) = self.algo.eval_env_runner_group.foreach_env_runner(
+                lambda runner: ray.get_runtime_context().current_actor, local_env_runner=False
+            )
+            ray.kill(handle, no_restart=False)
+            killed.append(metrics.iteration)
+        return metrics, result
+
+    monkeypatch.setattr(RLlibLearner, "train", train_then_kill)
+    out = io.StringIO()
+    # Ray takes seconds to start the runner again; iterations take a fraction of one.
+    overrides = [*SMALL_PPO, "evaluation.interval=1", "stop.iterations=100000", "stop.time_s=40"]
+    summary = train("evaluated", overrides, runs_root=tmp_path / "runs", console=Console(file=out, width=200))
+    said = out.getvalue()
+    assert killed == [2] and summary.status == "finished"
+    lost = [line for line in said.splitlines() if "lost 1 evaluation runner(s)" in line]
+    assert lost and "iteration 3:" in lost[0] and "evaluations are skipped until one comes back" in lost[0]
+    back = next(line for line in said.splitlines() if "evaluation runner(s) back" in line)
+    back_at = int(back.split("iteration ")[1].split(":")[0])
+    evaluated = [
+        int(float(r["iteration"])) for r in progress_rows(summary.run_dir) if r["eval_return_mean"] != ""
+    ]
+    assert any(i > back_at for i in evaluated), "no evaluation after the runner came back"

@@ -8,7 +8,8 @@ is restarted by Ray only where a CPU is free, so while none is, every iteration 
 that ping. Instead RLlib's own ping is made not to wait (:data:`PROBE_TIMEOUT_S`), and this
 watch keeps one ping of its own in flight to each lost runner, tagged, collecting the answer
 when it comes; a runner that answered is marked healthy, and RLlib's next iteration restores its
-state and weights as it restores any runner.
+state and weights as it restores any runner. With every runner lost there is nothing to sample
+with, and the watch waits for the first to answer.
 """
 
 from __future__ import annotations
@@ -29,18 +30,26 @@ class RunnerChange:
     back: dict[int, str]  # runner index -> the node it runs on now
     alive: int
     total: int
+    kind: str = "env runner"  # or "evaluation runner"
 
     def describe(self) -> list[str]:
         lines = []
+        work = "training" if self.kind == "env runner" else "evaluation"
         if self.lost:
             where = ", ".join(f"runner {i} on {node}" for i, node in sorted(self.lost.items()))
+            if self.alive:
+                going_on = f"{work} goes on with {self.alive} of {self.total}"
+            elif self.kind == "env runner":
+                going_on = "training waits for one to come back"
+            else:
+                going_on = "evaluations are skipped until one comes back"
             lines.append(
-                f"lost {len(self.lost)} env runner(s) ({where}); training goes on with "
-                f"{self.alive} of {self.total}, the lost ones come back when a CPU is free"
+                f"lost {len(self.lost)} {self.kind}(s) ({where}); {going_on}, the lost ones come back "
+                "when a CPU is free"
             )
         if self.back:
             where = ", ".join(f"runner {i} on {node}" for i, node in sorted(self.back.items()))
-            lines.append(f"env runner(s) back ({where}): {self.alive} of {self.total} sampling")
+            lines.append(f"{self.kind}(s) back ({where}): {self.alive} of {self.total} sampling")
         return lines
 
 
@@ -53,10 +62,10 @@ def _runner_node(runner: Any) -> tuple[int, str]:
 class RunnerWatch:
     """The remote env runners of one ``EnvRunnerGroup``: :meth:`look` after every iteration."""
 
-    def __init__(self, group: Any) -> None:
-        self.group = group
-        self.total = group.num_remote_workers()
-        self.healthy = set(group.healthy_env_runner_ids())
+    def __init__(self, group: Any, kind: str = "env runner") -> None:
+        self.group, self.kind = group, kind
+        self.total = group.num_remote_workers() if group is not None else 0
+        self.healthy = set(group.healthy_env_runner_ids()) if self.total else set()
         self.node_of: dict[int, str] = {}  # runner index -> node id, as last seen healthy
         self._locate(self.healthy)
 
@@ -86,7 +95,16 @@ class RunnerWatch:
             back={i: _describe_node(self.node_of.get(i), addresses) for i in back},
             alive=len(healthy),
             total=self.total,
+            kind=self.kind,
         )
+
+    def wait_for_one(self, poll_s: float = 0.5) -> None:
+        """With every remote runner lost there is nothing to sample with: ping until one answers
+        (RLlib's own ping would have waited its timeout in each iteration)."""
+        everyone = set(range(1, self.total + 1))
+        while self.total and not self.group.healthy_env_runner_ids():
+            self._ping(everyone)
+            self.group.fetch_ready_async_reqs(tags=PING_TAG, timeout_seconds=poll_s, mark_healthy=True)
 
     def _ping(self, down: set[int]) -> None:
         """A ping to each lost runner; RLlib's actor manager keeps at most a few in flight per

@@ -47,17 +47,19 @@ class RLlibLearner:
         self.algo, self.evaluation_interval = algo, evaluation_interval
         self.max_runner_restarts = max_runner_restarts
         self.runners = RunnerWatch(algo.env_runner_group)
+        self.evaluation_runners = RunnerWatch(algo.eval_env_runner_group, "evaluation runner")
         self._notices: list[str] = []
 
     def train(self, previous_timesteps: int, elapsed_s: float) -> tuple[IterationMetrics, dict[str, Any]]:
         from rl_app.rllib.results import metrics_from_result
 
         self._stop_if_runners_lost()
+        self.runners.wait_for_one()
         result = self.algo.train()
         metrics = metrics_from_result(result, previous_timesteps, elapsed_s, self.evaluation_interval)
         metrics.runner_restarts = float(self.algo.env_runner_group.num_remote_worker_restarts())
-        change = self.runners.look()
-        self._notices = change.describe() if change else []
+        changes = [watch.look() for watch in (self.runners, self.evaluation_runners)]
+        self._notices = [line for change in changes if change for line in change.describe()]
         if self.runners.total:
             metrics.runners_alive = float(self.runners.alive)
         return metrics, result
