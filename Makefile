@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: test-cluster bench-scale bench-parity help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
+.PHONY: test-cluster bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -54,10 +54,14 @@ sweep-resume: setup ## continue the sweep in RUN=runs/<exp>/<stamp> after Ctrl-C
 	@[ -n "$(RUN)" ] || { echo "make sweep-resume: set RUN=runs/<experiment>/<timestamp>"; exit 2; }
 	$(BIN)/rl_app sweep --resume $(RUN) $(ARGS)
 
-cluster-up: setup ## start a local Ray head on 127.0.0.1 (dashboard :8265) with token auth
+cluster-up: setup ## start a Ray head with token auth (127.0.0.1; ARGS="--bind 127.0.0.2" takes workers)
 	$(BIN)/rl_app cluster up $(ARGS)
 
-cluster-down: setup ## stop the local Ray head that cluster-up started (only its processes)
+cluster-join: setup ## join the head at HEAD=host:port as a worker node (ARGS="--bind 127.0.0.3 --num-cpus 2")
+	@[ -n "$(HEAD)" ] || { echo "make cluster-join: set HEAD=host:port (the head's GCS address)"; exit 2; }
+	$(BIN)/rl_app cluster join $(HEAD) $(ARGS)
+
+cluster-down: setup ## stop the head and workers started from here (only their processes, by pid)
 	$(BIN)/rl_app cluster down
 
 submit: setup ## submit EXP as a Ray Job (ADDRESS=http://host:8265, SWEEP=1, NO_WAIT=1)
@@ -106,7 +110,7 @@ test: setup ## the full test suite, learning tests included (the multi-node ones
 test-fast: setup ## everything but the slow learning tests and the multi-node ones
 	$(BIN)/python -m pytest tests -m "not slow and not cluster"
 
-test-cluster: setup ## a head and two workers on loopback addresses: lost nodes, jobs, sweeps (~8 min)
+test-cluster: setup ## a head and two workers on loopback addresses: lost nodes, jobs, sweeps (~4 min)
 	$(BIN)/python -m pytest tests -m cluster
 
 bench: setup ## rl_app vs Stable-Baselines3 (PPO and DQN time to solve, seeds 0-4), sampling, learner, start-up (~27 min)

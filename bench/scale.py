@@ -7,7 +7,10 @@ iteration moves between processes: the numbers docs/distributed.md's cost model 
    on one node of 4 CPUs, then on a head (0 CPUs) and two worker nodes of 2 CPUs each on
    127.0.0.2-4 (``cluster up``/``join``). This machine has 2 cores: 4 runners oversubscribe it in
    both layouts, so the figures compare placements, not scaling.
-2. Bytes per iteration: the weights a runner receives (the module's inference state), and what
+2. A lost node: ppo_cartpole with 2 env runners, one per worker node; after 30 iterations one
+   worker node is SIGKILLed (raylet, agents, runners: a spot preemption). The iteration that says
+   so, and iteration time and env steps/s with 2 runners before and with the survivor after.
+3. Bytes per iteration: the weights a runner receives (the module's inference state), and what
    one runner's sample call returns (its episodes, pickled), for ppo_cartpole, sac_halfcheetah and
    ppo_pong's Nature CNN.
 
@@ -91,9 +94,61 @@ def spread(iterations: int, env: dict[str, str]) -> dict[int, Any]:
             for address in ("127.0.0.3", "127.0.0.4"):
                 cluster_join(head.gcs_address, state, bind=address, num_cpus=2)
             token = {"RAY_AUTH_TOKEN": Path(head.token_file).read_text().strip()}
-            return {n: rate(head.gcs_address, n, iterations, {**env, **token}) for n in RUNNERS}
+            rates: dict[Any, Any] = {
+                n: rate(head.gcs_address, n, iterations, {**env, **token}) for n in RUNNERS
+            }
+            return {**rates, "lost_node": lost_node(head.gcs_address, state, {**env, **token}, folder)}
         finally:
             cluster_down(state)
+
+
+def lost_node(gcs_address: str, state: Path, env: dict[str, str], folder: str) -> dict[str, Any]:
+    """Train with a runner on each worker; SIGKILL the processes of the second worker node."""
+    import csv
+    import signal
+
+    from rl_app.cluster.nodes import _cluster_processes, read_workers
+
+    runs = Path(folder) / "runs"
+    command = [
+        sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--address", gcs_address,
+        "--runs-dir", str(runs),
+        "--set", "env_runners.num_env_runners=2", "--set", "evaluation.interval=0",
+        "--set", "stop.return=100000", "--set", "stop.timesteps=100000000",
+    ]  # fmt: skip
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def rows() -> list[dict[str, str]]:
+        found = list(runs.glob("ppo_cartpole/*/progress.csv"))
+        return list(csv.DictReader(found[0].open(newline=""))) if found else []
+
+    while len(rows()) < 30:
+        time.sleep(0.2)
+    killed_at = len(rows())
+    victim = next(w for w in read_workers(state) if w.node_ip == "127.0.0.4")
+    for process in _cluster_processes(victim.temp_dir):
+        process.kill()
+    while len(rows()) < killed_at + 60:
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGINT)
+    out, _ = driver.communicate(timeout=120)
+    table = rows()
+    noticed = next(i for i, r in enumerate(table) if float(r["runners_alive"]) < 2)
+
+    def medians(part: list[dict[str, str]]) -> dict[str, float]:
+        return {
+            "iteration_s": statistics.median(float(r["iteration_s"]) for r in part),
+            "steps_per_s": statistics.median(float(r["steps_per_s"]) for r in part),
+        }
+
+    said = next((line.strip() for line in out.splitlines() if "lost 1 env runner" in line), "")
+    return {
+        "killed_after_iteration": killed_at,
+        "noticed_at_iteration": noticed + 1,
+        "said": said,
+        "healthy": medians(table[5:killed_at]),
+        "survivor": medians(table[noticed + 2 :]),
+    }
 
 
 def bytes_per_iteration() -> dict[str, Any]:
@@ -145,6 +200,16 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {n} | {one['steps_per_s']:,.0f} | {many['steps_per_s']:,.0f} | {ratio:.2f}x "
             f"| {', '.join(many['runners_on'])} |"
         )
+    lost = results["spread"]["lost_node"]
+    healthy, survivor = lost["healthy"], lost["survivor"]
+    lines += [
+        "",
+        f"A worker node SIGKILLed after iteration {lost['killed_after_iteration']}: said at iteration "
+        f"{lost['noticed_at_iteration']}. Median iteration {healthy['iteration_s'] * 1000:.0f} ms with 2 "
+        f"runners ({healthy['steps_per_s']:,.0f} env steps/s), {survivor['iteration_s'] * 1000:.0f} ms with "
+        f"the survivor ({survivor['steps_per_s']:,.0f} env steps/s): "
+        f"{survivor['steps_per_s'] / healthy['steps_per_s']:.2f}x the healthy rate.",
+    ]
     lines += [
         "",
         "| experiment | parameters | weights to a runner | one sample call | bytes per env step |",
@@ -177,10 +242,6 @@ def main() -> int:
     print("spread over loopback nodes ...", file=sys.stderr, flush=True)
     results["spread"] = {str(k): v for k, v in spread(args.iterations, env).items()}
     results["wall_s"] = round(time.monotonic() - began, 1)
-    results["medians"] = {
-        layout: statistics.median(r["steps_per_s"] for r in results[layout].values())
-        for layout in ("one_node", "spread")
-    }
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"scale-{results['date']}"
     out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
