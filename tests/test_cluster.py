@@ -169,6 +169,24 @@ def test_train_against_a_cluster_without_its_token_is_one_line_within_5_s(
     assert not (tmp_path / "runs").exists()
 
 
+def runner_nodes(nodes: Nodes) -> list[str]:
+    """The addresses of the nodes the live env runner actors are on, from Ray's state API."""
+    import requests
+
+    headers = {"Authorization": f"Bearer {Path(nodes.head.token_file).read_text().strip()}"}
+
+    def listed(kind: str, **params: str) -> list[dict[str, str]]:
+        answer = requests.get(
+            f"{nodes.head.address}/api/v0/{kind}", params=params, headers=headers, timeout=30
+        )
+        answer.raise_for_status()
+        return list(answer.json()["data"]["result"]["result"])
+
+    address = {node["node_id"]: node["node_ip"] for node in listed("nodes")}
+    runners = listed("actors", filter_keys="class_name", filter_predicates="=", filter_values="FastEnvRunner")
+    return sorted(address[actor["node_id"]] for actor in runners if actor["state"] == "ALIVE")
+
+
 def progress_rows(run_dir: Path) -> list[dict[str, str]]:
     path = run_dir / "progress.csv"
     if not path.is_file():
@@ -211,6 +229,7 @@ def test_a_killed_worker_node_is_said_at_once_and_training_goes_on_at_the_surviv
             time.sleep(0.2)
         (run_dir,) = runs.glob("ppo_cartpole/*")
         wait_for_rows(run_dir, 15, process)
+        assert runner_nodes(nodes) == list(WORKERS)  # one runner on each worker, none on the head
         healthy = len(progress_rows(run_dir))
         victim = nodes.workers[WORKERS[1]]
         assert kill_node(victim) > 0
