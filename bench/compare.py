@@ -318,7 +318,7 @@ def raw_ceiling(experiment: Any, num_envs: int, steps: int) -> float:
     import gymnasium
 
     from rl_app.envs import make_env, make_native_vector_env
-    from rl_app.rllib.sampling import vectorizes_natively
+    from rl_app.rllib.accel.runner import vectorizes_natively
 
     if vectorizes_natively(experiment):
         envs = make_native_vector_env(experiment.env, num_envs)
@@ -380,7 +380,7 @@ def with_ray(function: Any, *args: Any) -> Any:
 
 def throughput(steps: int) -> dict[str, Any]:
     from rl_app.config import load_experiment
-    from rl_app.rllib.sampling import describe_sampling
+    from rl_app.rllib.accel.runner import describe_sampling
 
     rows: dict[str, Any] = {}
     # Pong steps ~50x slower than CartPole: fewer of them give as steady a figure.

@@ -21,9 +21,9 @@ from ray.rllib.utils.torch_utils import clip_gradients as rllib_clip_gradients
 
 from rl_app.cluster.resources import plan_resources
 from rl_app.config import load_experiment
+from rl_app.rllib.accel.learners import BatchedStepPPOLearner, ColumnMinibatches, clip_gradients
 from rl_app.rllib.config import algorithm_config
 from rl_app.rllib.env_runner import env_runner_class
-from rl_app.rllib.learners import BatchedStepPPOLearner, ColumnMinibatches, clip_gradients
 
 
 @pytest.mark.parametrize("scale", [1e-3, 10.0, float("inf")])
@@ -279,7 +279,7 @@ def test_ppo_in_the_driver_gives_its_runner_the_weights_in_place_as_rllib_does(r
     from ray.rllib.algorithms.ppo.ppo import PPO
     from ray.rllib.utils.metrics import DIFF_NUM_GRAD_UPDATES_VS_SAMPLER_POLICY, LEARNER_RESULTS
 
-    from rl_app.rllib.driver import DriverPPO, local_learner
+    from rl_app.rllib.accel.driver import DriverPPO, local_learner
 
     loaded = load_experiment("ppo_cartpole", ("evaluation.interval=0",))
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)

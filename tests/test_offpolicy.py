@@ -20,15 +20,14 @@ from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 
 from rl_app.cluster.resources import plan_resources
 from rl_app.config import load_experiment
-from rl_app.rllib.config import algorithm_config
-from rl_app.rllib.env_runner import env_runner_class
-from rl_app.rllib.offpolicy import (
+from rl_app.rllib.accel import plan_acceleration
+from rl_app.rllib.accel.offpolicy import (
     ArrayPrioritizedEpisodeReplayBuffer,
     ArrayReplayDQN,
     ArrayReplaySAC,
-    describe_replay,
-    replay_refusal,
 )
+from rl_app.rllib.config import algorithm_config
+from rl_app.rllib.env_runner import env_runner_class
 
 GAMMA, N_STEP, ALPHA, BETA = 0.97, 3, 0.6, 0.4
 
@@ -148,7 +147,7 @@ def test_draws_follow_the_priorities() -> None:
 
 @pytest.mark.parametrize("capacity", [1, 7, 1000, 1 << 16])
 def test_every_tree_node_is_its_childrens_sum_and_min_after_batched_and_single_sets(capacity: int) -> None:
-    from rl_app.rllib.offpolicy import _SegmentTree
+    from rl_app.rllib.accel.offpolicy import _SegmentTree
 
     rng = np.random.default_rng(capacity)
     trees = {
@@ -247,22 +246,22 @@ def test_state_round_trips_and_rllibs_buffer_state_is_taken_over(
 
 def test_dqn_and_sac_choose_the_array_buffer_and_say_so() -> None:
     for name, algorithm in (("dqn_cartpole", ArrayReplayDQN), ("sac_pendulum", ArrayReplaySAC)):
-        loaded = load_experiment(name)
-        assert replay_refusal(loaded.config) is None
-        assert describe_replay(loaded.config) == "array buffer (rl_app's batched n-step replay)"
+        plan = plan_acceleration(load_experiment(name).config)
+        assert plan.uses("replay_buffer") and plan.uses("training_step") and plan.uses("learner")
         config = experiment_config(name)
         assert config.algo_class is algorithm
 
     forced = ("training.replay_buffer.implementation=rllib",)
-    loaded = load_experiment("dqn_cartpole", forced)
-    assert describe_replay(loaded.config) == (
-        "RLlib's episode buffer (training.replay_buffer.implementation: rllib)"
-    )
+    plan = plan_acceleration(load_experiment("dqn_cartpole", forced).config)
+    assert "RLlib's replay buffer (training.replay_buffer.implementation: rllib)" in plan.describe()
     config = experiment_config("dqn_cartpole", forced)
     assert config.algo_class.__name__ == "DQN"
     uniform = load_experiment("dqn_cartpole", ("training.replay_buffer={type: EpisodeReplayBuffer}",))
-    assert replay_refusal(uniform.config) == "training.replay_buffer.type EpisodeReplayBuffer"
-    assert describe_replay(load_experiment("ppo_cartpole").config) is None
+    assert (
+        plan_acceleration(uniform.config).off["replay_buffer"]
+        == "training.replay_buffer.type EpisodeReplayBuffer"
+    )
+    assert "replay_buffer" not in plan_acceleration(load_experiment("ppo_cartpole").config).as_dict()["off"]
 
 
 def test_one_learner_call_over_a_rounds_minibatches_is_those_updates_in_turn() -> None:
@@ -327,7 +326,7 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     step with a nan gradient handed to RLlib's own handling."""
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-    from rl_app.rllib.learners import BatchedStepDQNLearner, BatchedStepSACLearner, all_finite
+    from rl_app.rllib.accel.learners import BatchedStepDQNLearner, BatchedStepSACLearner, all_finite
 
     assert all_finite([torch.ones(3), torch.zeros(2, 2)])
     assert not all_finite([torch.ones(3), torch.tensor([0.0, float("inf")])])
@@ -403,7 +402,7 @@ def test_the_lean_update_is_rllibs_update_with_its_metrics_logged_once(name: str
     reduced metrics, step counts, losses, TD errors, target updates and learning rates."""
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-    from rl_app.rllib.offpolicy import as_multi_agent_batch
+    from rl_app.rllib.accel.offpolicy import as_multi_agent_batch
 
     config, chunks = sampled_chunks(name, calls=2, steps=64)
     buffer = ArrayPrioritizedEpisodeReplayBuffer(capacity=1000, alpha=0.0)

@@ -229,8 +229,8 @@ def test_bad_run_inputs_are_one_line_exit_2(args: list[str], message: str, tmp_p
 def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) -> None:
     from rl_app.cluster.resources import plan_resources
     from rl_app.config import load_experiment
+    from rl_app.rllib.accel.offpolicy import ArrayPrioritizedEpisodeReplayBuffer
     from rl_app.rllib.algorithm import build_experiment, restore_algorithm
-    from rl_app.rllib.offpolicy import ArrayPrioritizedEpisodeReplayBuffer
     from rl_app.rllib.replay import BUFFER_RNG, REPLAY_BUFFER
 
     os.environ["RL_APP_EXPERIMENTS_DIR"] = str(REPO / "experiments")

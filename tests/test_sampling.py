@@ -15,9 +15,10 @@ from rich.console import Console
 
 from rl_app.cluster.resources import plan_resources
 from rl_app.config import load_experiment
-from rl_app.rllib.config import algorithm_config
+from rl_app.rllib.accel import plan_acceleration
+from rl_app.rllib.accel.runner import FastEnvRunner
+from rl_app.rllib.config import algorithm_config, describe_rllib_setup
 from rl_app.rllib.env_runner import env_runner_class
-from rl_app.rllib.sampling import FastEnvRunner, describe_sampling, sampling_refusal
 
 TESTS = Path(__file__).resolve().parent
 EPISODE_METRICS = ("episode_return_mean", "episode_len_mean", "num_env_steps_sampled", "num_episodes")
@@ -219,7 +220,7 @@ def test_transitions_are_the_steps_of_rllibs_episodes_in_their_order(
     episode chunks store, in the same order, and leaves the same episode metrics."""
     import torch
 
-    from rl_app.rllib.offpolicy import ArrayPrioritizedEpisodeReplayBuffer
+    from rl_app.rllib.accel.offpolicy import ArrayPrioritizedEpisodeReplayBuffer
 
     monkeypatch.syspath_prepend(str(TESTS))
     ours, theirs = runner_pair(experiment, overrides)
@@ -282,17 +283,11 @@ def assert_same_metrics(mine: dict[str, Any], theirs: dict[str, Any], exact: tup
 
 def test_experiments_it_does_not_fit_use_rllibs_runner_and_say_why(shipped: Path) -> None:
     def refusal(name: str, *overrides: str) -> str | None:
-        return sampling_refusal(load_experiment(name, overrides).config)
+        return plan_acceleration(load_experiment(name, overrides).config).off.get("runner")
 
     assert refusal("ppo_cartpole") is None and refusal("sac_halfcheetah") is None
     assert refusal("ppo_cartpole", "env_runners.runner=rllib") == "env_runners.runner: rllib"
     assert refusal("ppo_halfcheetah") == "env_runners.observation_filter MeanStdFilter is an RLlib connector"
-    assert (
-        describe_sampling(
-            load_experiment("ppo_cartpole", ("env_runners.runner=rllib", "env_runners.vectorize=sync")).config
-        )
-        == "RLlib's runner (env_runners.runner: rllib)"
-    )
     loaded = load_experiment("ppo_halfcheetah", ())
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     assert not issubclass(config.env_runner_cls, FastEnvRunner)
@@ -322,7 +317,7 @@ def test_the_start_says_which_runner_samples(shipped: Path, tmp_path: Path, ray_
         runs_root=tmp_path,
         console=Console(file=out, width=300),
     )
-    assert "sampling: fast runner" in out.getvalue()
+    assert "rl_app's runner, learner, training step; CartPole-v1's own vector env" in out.getvalue()
 
 
 def test_cartpole_steps_its_own_vector_env_unless_told_sync(shipped: Path) -> None:
@@ -341,10 +336,11 @@ def test_cartpole_steps_its_own_vector_env_unless_told_sync(shipped: Path) -> No
         runner_env("ppo_cartpole", "env_runners.vectorize=sync"), gymnasium.vector.SyncVectorEnv
     )
     assert isinstance(runner_env("sac_pendulum"), gymnasium.vector.SyncVectorEnv)  # Pendulum has none
-    assert describe_sampling(load_experiment("ppo_cartpole").config) == (
-        "fast runner (rl_app's batched sampler), CartPole-v1's own vector env"
+    plan = plan_resources(load_experiment("ppo_cartpole").config, 2, 0)
+    assert describe_rllib_setup(load_experiment("ppo_cartpole").config, plan).endswith(
+        "; CartPole-v1's own vector env"
     )
-    assert describe_sampling(load_experiment("ppo_catch").config) == "fast runner (rl_app's batched sampler)"
+    assert "own vector env" not in describe_rllib_setup(load_experiment("ppo_catch").config, plan)
 
 
 def test_returns_in_the_native_envs_float32_are_read_as_numbers() -> None:
@@ -369,7 +365,7 @@ def test_returns_in_the_native_envs_float32_are_read_as_numbers() -> None:
 def test_episodes_made_from_arrays_are_the_constructors_attribute_for_attribute(spaces: tuple) -> None:
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from rl_app.rllib.sampling import ArrayEpisodes
+    from rl_app.rllib.accel.runner import ArrayEpisodes
 
     observation_space, action_space = spaces
     rng = np.random.default_rng(0)
@@ -414,7 +410,7 @@ def test_episodes_made_from_arrays_are_the_constructors_attribute_for_attribute(
 def test_episodes_of_an_unknown_layout_come_from_rllibs_constructor(monkeypatch: pytest.MonkeyPatch) -> None:
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from rl_app.rllib.sampling import ArrayEpisodes
+    from rl_app.rllib.accel.runner import ArrayEpisodes
 
     monkeypatch.setattr(ArrayEpisodes, "SHARED", (*ArrayEpisodes.SHARED, "a_slot_of_another_ray"))
     maker = ArrayEpisodes(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2))

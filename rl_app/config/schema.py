@@ -442,6 +442,10 @@ class Experiment(Section, Generic[T]):
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)  # type: ignore[arg-type]
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)  # type: ignore[arg-type]
     seed: NonNegativeInt | None = 0
+    acceleration: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: rl_app's faster parts where they apply; off: RLlib's own classes throughout.",
+    )
     tuning_seeds: list[NonNegativeInt] = Field(
         default_factory=list,
         description="Seeds its settings were chosen on; benches report figures on other seeds.",
@@ -451,6 +455,12 @@ class Experiment(Section, Generic[T]):
     )
     extends: str | None = Field(None, description="Name of an experiment this one builds on.")
     sweep: SweepSection | None = Field(None, description="Hyperparameter sweep (rl_app sweep).")
+
+    @field_validator("acceleration", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare off/on as false/true.
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
 
     @field_validator("env", mode="before")
     @classmethod

@@ -122,6 +122,10 @@ def export_policy(
         # Which distribution the file's second output ("dist_inputs") parameterizes; None: actions only.
         "sampling": distribution,
     }
+    if distribution == "squashed_gaussian":  # what a server clamps the log-std to, as RLlib does
+        from rl_app.rllib.distributions import LOG_STD_BOUNDS
+
+        exported["log_std_bounds"] = list(LOG_STD_BOUNDS)
     write_json(
         out_dir / "policy.json",
         {

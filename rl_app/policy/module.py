@@ -39,23 +39,10 @@ class ObservationFilter(torch.nn.Module):
 
 def load_observation_filter(checkpoint: Path) -> ObservationFilter | None:
     """The MeanStdFilter statistics the checkpoint's env runner normalised observations with, if any."""
-    import pickle
+    from rl_app.rllib.algorithm import load_mean_std_filter
 
-    # RLlib writes each connector piece as a component folder of the pipeline's.
-    state_file = checkpoint / "env_runner" / "env_to_module_connector" / "MeanStdFilter" / "state.pkl"
-    if not state_file.is_file():
-        return None
-    with state_file.open("rb") as handle:
-        agents = pickle.load(handle)
-    if not agents:
-        return None
-    from ray.rllib.utils.filter import RunningStat
-
-    (agent_state,) = agents.values()
-    (stats,) = [RunningStat.from_state(s) for s in agent_state["running_stats"]]
-    mean = stats.mean if agent_state["de_mean_to_zero"] else np.zeros(stats.shape)
-    std = stats.std if agent_state["de_std_to_one"] else None
-    return ObservationFilter(mean, std, agent_state["clip_by_value"])
+    found = load_mean_std_filter(checkpoint)
+    return None if found is None else ObservationFilter(*found)
 
 
 class Policy(torch.nn.Module):

@@ -100,3 +100,26 @@ def warm_start(algo: Algorithm, checkpoint: Path) -> None:
             f"cannot load '{checkpoint}' into this experiment's model (different model config?): "
             f"{first_line(exc)}"
         ) from None
+
+
+def load_mean_std_filter(checkpoint: Path) -> tuple[Any, Any, float | None] | None:
+    """(mean, std or None, clip) of the MeanStdFilter connector the checkpoint's env runner
+    normalised observations with (RLlib writes each connector piece as a component folder of its
+    pipeline's); None without one."""
+    import pickle
+
+    import numpy as np
+    from ray.rllib.utils.filter import RunningStat
+
+    state_file = checkpoint / "env_runner" / "env_to_module_connector" / "MeanStdFilter" / "state.pkl"
+    if not state_file.is_file():
+        return None
+    with state_file.open("rb") as handle:
+        agents = pickle.load(handle)
+    if not agents:
+        return None
+    (agent_state,) = agents.values()
+    (stats,) = [RunningStat.from_state(s) for s in agent_state["running_stats"]]
+    mean = stats.mean if agent_state["de_mean_to_zero"] else np.zeros(stats.shape)
+    std = stats.std if agent_state["de_std_to_one"] else None
+    return mean, std, agent_state["clip_by_value"]

@@ -36,7 +36,8 @@ from ray.rllib.core.models.configs import CNNEncoderConfig, MLPEncoderConfig, ML
 from ray.rllib.core.models.torch.encoder import TorchMLPEncoder
 from ray.rllib.core.models.torch.heads import TorchMLPHead
 
-from rl_app.rllib.distributions import SquashedGaussian, draw_squashed_gaussian
+from rl_app.rllib.accel.draws import draw_squashed_gaussian
+from rl_app.rllib.distributions import SquashedGaussian
 
 HIDDEN_GAIN = math.sqrt(2)
 POLICY_OUTPUT_GAIN = 0.01
@@ -132,14 +133,18 @@ class ConcatCriticSACTorchRLModule(TanhModeSACTorchRLModule):
     critics' MLPs are called directly (a forward and backward pass 2-9 % faster side by side; the
     rest is matmuls)."""
 
+    lean = True  # off: RLlib's own training pass over the same critics (acceleration off)
+
     def _forward_train_continuous(self, batch: dict[str, Any]) -> dict[str, Any]:
         critics = [(self.qf_encoder, self.qf)]
         targets = [(self.target_qf_encoder, self.target_qf)]
         if self.twin_q:
             critics.append((self.qf_twin_encoder, self.qf_twin))
             targets.append((self.target_qf_twin_encoder, self.target_qf_twin))
-        plain = self.get_train_action_dist_cls() is TorchSquashedGaussian and all(
-            _plain_critic(encoder, head) for encoder, head in critics + targets
+        plain = (
+            self.lean
+            and self.get_train_action_dist_cls() is TorchSquashedGaussian
+            and all(_plain_critic(encoder, head) for encoder, head in critics + targets)
         )
         if not plain:
             return super()._forward_train_continuous(batch)
@@ -172,6 +177,12 @@ class ConcatCriticSACTorchRLModule(TanhModeSACTorchRLModule):
             q_next = [_critic(encoder, head, next_obs, actions_next) for encoder, head in targets]
             output["q_target_next"] = q_next[0] if len(q_next) == 1 else torch.min(q_next[0], q_next[1])
         return output
+
+
+class PlainConcatCriticSACTorchRLModule(ConcatCriticSACTorchRLModule):
+    """The concatenated critic with RLlib's own training pass (rl_app's acceleration off)."""
+
+    lean = False
 
 
 def _plain_critic(encoder: Any, head: Any) -> bool:

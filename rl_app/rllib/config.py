@@ -16,6 +16,8 @@ from rl_app.errors import ConfigError, first_line
 if TYPE_CHECKING:
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
+    from rl_app.rllib.accel import AccelerationPlan
+
 RLLIB_ALGORITHMS = "ray.rllib.algorithms"
 
 
@@ -73,29 +75,23 @@ def mean_std_filter(env: Any = None, spaces: Any = None, device: Any = None) -> 
 OUR_MODEL_KEYS = {"ortho_init", "sac_critic"}  # model keys our catalogs read, not RLlib's DefaultModelConfig
 
 
-def _catalog_class(experiment: ExperimentConfig, source: str) -> Any:
+def _catalog_class(experiment: ExperimentConfig, source: str, sac: bool) -> Any:
     """Our catalog where the experiment's model needs one (``model.ortho_init``, SAC's critic),
-    None where RLlib's default catalog builds it."""
+    None where RLlib's default catalog builds it; ``sac``: the default module is RLlib's SAC's."""
+    from rl_app.algorithms import ALGORITHMS
     from rl_app.envs import action_space, observation_space
-    from rl_app.rllib.catalog import (
-        ORTHO_INIT_ALGORITHMS,
-        ConcatCriticSACCatalog,
-        OrthoInitPPOCatalog,
-        is_concat_critic_eligible,
-    )
+    from rl_app.rllib.catalog import ConcatCriticSACCatalog, OrthoInitPPOCatalog, is_concat_critic_eligible
 
     model = experiment.model
     if model.ortho_init:
-        if experiment.algorithm not in ORTHO_INIT_ALGORITHMS:
-            raise ConfigError(
-                source,
-                f"applies to {', '.join(ORTHO_INIT_ALGORITHMS)}, not {experiment.algorithm}",
-                key="model.ortho_init",
-            )
+        if not algorithm_spec(experiment.algorithm).ortho_init:
+            takers = ", ".join(name for name, spec in ALGORITHMS.items() if spec.ortho_init)
+            message = f"applies to {takers}, not {experiment.algorithm}"
+            raise ConfigError(source, message, key="model.ortho_init")
         return OrthoInitPPOCatalog
-    if model.sac_critic is not None and experiment.algorithm != "SAC":
+    if model.sac_critic is not None and not sac:
         raise ConfigError(source, f"applies to SAC, not {experiment.algorithm}", key="model.sac_critic")
-    if experiment.algorithm != "SAC" or model.sac_critic == "multi_stream":
+    if not sac or model.sac_critic == "multi_stream":
         return None
     eligible = is_concat_critic_eligible(observation_space(experiment.env), action_space(experiment.env))
     if model.sac_critic == "concat" and not eligible:
@@ -115,16 +111,21 @@ def _catalog_class(experiment: ExperimentConfig, source: str) -> Any:
     return ConcatCriticSACCatalog if eligible else None
 
 
-def _module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: str) -> Any:
+def _module_spec(
+    experiment: ExperimentConfig, config: AlgorithmConfig, source: str, acceleration: AccelerationPlan
+) -> Any:
     """RLlib's module spec where the experiment needs other than RLlib's default module: image
-    observations (our module that takes them as the env makes them) or our catalog; None otherwise."""
+    observations (our module that takes them as the env makes them), our catalog, SAC's tanh-mode
+    module; None otherwise."""
     from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+    from rl_app.algorithms import ALGORITHMS
     from rl_app.envs import observation_space
     from rl_app.rllib.catalog import (
         ConcatCriticSACCatalog,
         ConcatCriticSACTorchRLModule,
+        PlainConcatCriticSACTorchRLModule,
         TanhModeSACTorchRLModule,
     )
     from rl_app.rllib.pixels import image_module_class, is_image_space
@@ -133,20 +134,33 @@ def _module_spec(experiment: ExperimentConfig, config: AlgorithmConfig, source: 
     module_class = default_spec.module_class
     space = observation_space(experiment.env)
     if is_image_space(space):
-        module_class = image_module_class(default_spec.module_class)
-        if module_class is None:
+        if not algorithm_spec(experiment.algorithm).image_inputs:
+            takers = ", ".join(name for name, spec in ALGORITHMS.items() if spec.image_inputs)
             raise ConfigError(
                 source,
                 f"algorithm: {experiment.algorithm} has no image-input model here "
-                f"(image observations {space.shape} {space.dtype} train with PPO, APPO, IMPALA or DQN)",
+                f"(image observations {space.shape} {space.dtype} train with {takers})",
             )
-    catalog_class = _catalog_class(experiment, source)
-    if module_class is DefaultSACTorchRLModule:
-        concat = catalog_class is ConcatCriticSACCatalog
-        module_class = ConcatCriticSACTorchRLModule if concat else TanhModeSACTorchRLModule
+        module_class = image_module_class(default_spec.module_class)
+    sac = module_class is DefaultSACTorchRLModule
+    catalog_class = _catalog_class(experiment, source, sac)
+    if sac:
+        if catalog_class is not ConcatCriticSACCatalog:
+            module_class = TanhModeSACTorchRLModule
+        elif acceleration.uses("module"):
+            module_class = ConcatCriticSACTorchRLModule
+        else:
+            module_class = PlainConcatCriticSACTorchRLModule
     if module_class is default_spec.module_class and catalog_class is None:
         return None
     return RLModuleSpec(module_class=module_class, catalog_class=catalog_class)
+
+
+def vectorizes_natively(experiment: ExperimentConfig) -> bool:
+    """Whether the runners step the env's own vector env (``env_runners.vectorize``)."""
+    from rl_app.envs import has_native_vector_env
+
+    return experiment.env_runners.vectorize == "auto" and has_native_vector_env(experiment.env)
 
 
 def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
@@ -179,14 +193,12 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     from rl_app.envs import has_training_only_wrappers
-    from rl_app.rllib.driver import DriverPPO
+    from rl_app.rllib.accel import apply_plan, plan_acceleration
     from rl_app.rllib.env_runner import env_runner_class
-    from rl_app.rllib.learners import BatchedStepPPOLearner
-    from rl_app.rllib.offpolicy import use_array_replay
     from rl_app.rllib.runners import PROBE_TIMEOUT_S
-    from rl_app.rllib.sampling import sampling_refusal, vectorizes_natively
 
     spec = algorithm_spec(experiment.algorithm)
+    acceleration = plan_acceleration(experiment, plan)
     runners = experiment.env_runners
     config = (
         _config_class(spec)()
@@ -194,7 +206,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         .environment(env=registered_env(experiment.env), env_config=dict(experiment.env.config))
         .env_runners(
             env_runner_cls=env_runner_class(
-                runners.restart_failed_envs, runners.max_env_failures, sampling_refusal(experiment) is None
+                runners.restart_failed_envs, runners.max_env_failures, acceleration.uses("runner")
             ),
             env_to_module_connector=mean_std_filter if runners.observation_filter else None,
             num_env_runners=plan.num_env_runners,
@@ -229,11 +241,8 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         # boundaries (and so evaluation points and stop checks) at the mercy of wall time;
         # without it an iteration is a step count and a seeded run repeats itself.
         config.reporting(min_time_s_per_iteration=None)
-    use_array_replay(experiment, config)
-    if experiment.algorithm == "PPO":
-        config.algo_class = DriverPPO
-        config.learners(learner_class=BatchedStepPPOLearner)
-    module_spec = _module_spec(experiment, config, source)
+    apply_plan(acceleration, experiment.algorithm, config)
+    module_spec = _module_spec(experiment, config, source, acceleration)
     if module_spec is not None:
         config.rl_module(rl_module_spec=module_spec)
     evaluation = experiment.evaluation
@@ -261,9 +270,24 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     return config
 
 
-def resolved_settings(experiment: ExperimentConfig, config: AlgorithmConfig) -> dict[str, Any]:
-    """The experiment with every unset training/model value filled in from RLlib's config."""
+def describe_rllib_setup(experiment: ExperimentConfig, plan: ResourcePlan) -> str:
+    """The Resources line's word on RLlib: which of rl_app's parts run (and why not the others),
+    and whether the runners step the env's own vector env."""
+    from rl_app.rllib.accel import plan_acceleration
+
+    text = plan_acceleration(experiment, plan).describe()
+    return f"{text}; {experiment.env.id}'s own vector env" if vectorizes_natively(experiment) else text
+
+
+def resolved_settings(
+    experiment: ExperimentConfig, config: AlgorithmConfig, plan: ResourcePlan
+) -> dict[str, Any]:
+    """The experiment with every unset training/model value filled in from RLlib's config, and the
+    acceleration plan it runs with."""
+    from rl_app.rllib.accel import plan_acceleration
+
     resolved = experiment.model_dump(mode="json", by_alias=True, exclude={"extends"})
+    resolved["acceleration_plan"] = plan_acceleration(experiment, plan).as_dict()
     training = {}
     for name, info in type(experiment.training).model_fields.items():
         rllib_name = "replay_buffer_config" if name == "replay_buffer" else name
@@ -277,9 +301,12 @@ def resolved_settings(experiment: ExperimentConfig, config: AlgorithmConfig) -> 
         name: _plain(model_config.get(name)) for name in resolved["model"] if name not in OUR_MODEL_KEYS
     }
     resolved["model"]["ortho_init"] = bool(experiment.model.ortho_init)
-    if experiment.algorithm == "SAC":
-        from rl_app.rllib.catalog import ConcatCriticSACCatalog
+    from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
 
+    from rl_app.rllib.catalog import ConcatCriticSACCatalog
+
+    module_class = getattr(config.rl_module_spec, "module_class", None)
+    if isinstance(module_class, type) and issubclass(module_class, DefaultSACTorchRLModule):
         concat = config.rl_module_spec.catalog_class is ConcatCriticSACCatalog
         resolved["model"]["sac_critic"] = "concat" if concat else "multi_stream"
     return resolved

@@ -1,12 +1,5 @@
-"""RLlib 2.60's action distributions for sampling, as plain tensor operations.
-
-RLlib samples through distribution objects (its ``TorchCategorical`` / ``TorchSquashedGaussian``
-wrapping torch's ``Categorical`` / ``Normal``), built anew on every call: a third of a CartPole
-vector step in the runner, and a tenth of a SAC HalfCheetah env step. These functions run the same
-operations on the same torch RNG, in the same order (for the training pass: the order in which a
-tensor's uses are recorded is the order in which backward sums their gradients), so that what they
-draw and the log-probabilities they give are RLlib's to the bit (tests/test_sampling.py,
-tests/test_adapter.py).
+"""What rl_app takes from RLlib's action distributions outside training: the deterministic action
+and the bounds of a squashed Gaussian's log-std (the server samples with them, without RLlib).
 
 One place departs from RLlib on purpose: the deterministic action of a squashed Gaussian
 (:func:`deterministic_actions`, :class:`SquashedGaussian`). RLlib 2.60's
@@ -18,76 +11,19 @@ runners' evaluation, ``rl_app evaluate``, the exports and so the server) comes f
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from ray.rllib.core.distribution.torch.torch_distribution import TorchDeterministic, TorchSquashedGaussian
-from ray.rllib.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT, SMALL_NUMBER
+from ray.rllib.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT
 
-LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
-
-
-def sample_categorical(
-    logits: torch.Tensor, with_logp: bool = True
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``TorchCategorical.from_logits(logits)``'s ``sample()`` and ``logp()`` (None without ``with_logp``)."""
-    normalized = logits - logits.logsumexp(dim=-1, keepdim=True)
-    probs = torch.nn.functional.softmax(normalized, dim=-1)
-    actions = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
-    if not with_logp:
-        return actions, None
-    return actions, normalized.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+# The log-std a squashed Gaussian clamps its outputs to (RLlib's MIN/MAX_LOG_NN_OUTPUT).
+LOG_STD_BOUNDS = (MIN_LOG_NN_OUTPUT, MAX_LOG_NN_OUTPUT)
 
 
-def _normal(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``TorchSquashedGaussian.from_logits``' location and scale, as torch's ``Normal`` keeps them."""
-    loc, log_std = logits.chunk(2, dim=-1)
-    scale = torch.clamp(log_std, MIN_LOG_NN_OUTPUT, MAX_LOG_NN_OUTPUT).exp()
-    loc, scale = torch.broadcast_tensors(loc, scale)  # Normal's broadcast_all
-    return loc, scale
-
-
-def _squash(unsquashed: torch.Tensor) -> torch.Tensor:
-    """``TorchSquashedGaussian._squash`` to the default bounds [-1, 1]."""
+def squash(unsquashed: torch.Tensor) -> torch.Tensor:
+    """``TorchSquashedGaussian._squash`` to the default bounds [-1, 1]: tanh, rescaled, clipped."""
     return torch.clamp(((torch.tanh(unsquashed) + 1.0) / 2.0) * 2.0 + -1.0, -1.0, 1.0)
-
-
-def _squashed_logp(unsquashed: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``TorchSquashedGaussian._squashed_logp``: ``Normal.log_prob`` summed, less the tanh Jacobian."""
-    var = scale**2
-    log_scale = scale.log()
-    logp = (-((unsquashed - loc) ** 2) / (2 * var) - log_scale - LOG_SQRT_2PI).sum(-1)
-    jacobian = 2.0 * (math.log(2.0) - unsquashed - torch.nn.functional.softplus(-2.0 * unsquashed))
-    return logp - jacobian.sum(-1)
-
-
-def draw_squashed_gaussian(logits: torch.Tensor, reparameterized: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """``TorchSquashedGaussian.from_logits(logits)``'s ``rsample_and_logp()`` (or, not
-    reparameterized, ``sample_and_logp()``): SAC's training pass."""
-    loc, scale = _normal(logits)
-    if reparameterized:
-        unsquashed = loc + torch.empty(loc.shape, dtype=loc.dtype, device=loc.device).normal_() * scale
-    else:
-        with torch.no_grad():
-            unsquashed = torch.normal(loc, scale)
-    return _squash(unsquashed), _squashed_logp(unsquashed, loc, scale)
-
-
-def sample_squashed_gaussian(
-    logits: torch.Tensor, with_logp: bool = True
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``TorchSquashedGaussian.from_logits(logits)``'s ``sample()`` and ``logp()`` of what it drew
-    (read back through ``atanh`` of the clipped action, as RLlib's runner does; None without
-    ``with_logp``): the runner's draw."""
-    loc, scale = _normal(logits)
-    with torch.no_grad():
-        actions = _squash(torch.normal(loc, scale))
-    if not with_logp:
-        return actions, None
-    rescaled = (actions - -1.0) / 2.0 * 2.0 - 1.0  # TorchSquashedGaussian._unsquash
-    unsquashed = torch.atanh(torch.clamp(rescaled, -1.0 + SMALL_NUMBER, 1.0 - SMALL_NUMBER))
-    return actions, _squashed_logp(unsquashed, loc, scale)
 
 
 def deterministic_actions(dist_class: Any, dist_inputs: torch.Tensor) -> torch.Tensor:
@@ -96,7 +32,7 @@ def deterministic_actions(dist_class: Any, dist_inputs: torch.Tensor) -> torch.T
     Gaussian), but tanh(mean) for a squashed Gaussian, in [-1, 1] as its samples are."""
     if isinstance(dist_class, type) and issubclass(dist_class, TorchSquashedGaussian):
         loc, _ = dist_inputs.chunk(2, dim=-1)
-        return _squash(loc)
+        return squash(loc)
     return dist_class.from_logits(dist_inputs).to_deterministic().sample()
 
 
@@ -105,4 +41,5 @@ class SquashedGaussian(TorchSquashedGaussian):
     module docstring): SAC's inference distribution, so RLlib's own action connector picks it too."""
 
     def to_deterministic(self) -> TorchDeterministic:
-        return TorchDeterministic(loc=self._squash(self.loc))
+        loc: torch.Tensor = self.loc  # type: ignore[assignment]  # RLlib types it float | Any
+        return TorchDeterministic(loc=squash(loc))

@@ -118,7 +118,7 @@ def env_runner_class(
     experiment's env-failure limits (RLlib builds the runners from the class alone)."""
     base: type[RLAppEnvRunner] = RLAppEnvRunner
     if fast:
-        from rl_app.rllib.sampling import FastEnvRunner
+        from rl_app.rllib.accel.runner import FastEnvRunner
 
         base = FastEnvRunner
     return type(

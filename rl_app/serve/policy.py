@@ -164,8 +164,9 @@ class ServedPolicy:
         if self.sampling == "categorical":
             return np.argmax(dist_inputs + rng.gumbel(size=dist_inputs.shape), axis=-1).astype(np.int64)
         loc, log_std = np.split(dist_inputs.astype(np.float64), 2, axis=-1)
-        if self.sampling == "squashed_gaussian":
-            log_std = np.clip(log_std, -5.0, 2.0)  # RLlib's MIN/MAX_LOG_NN_OUTPUT
+        if self.sampling == "squashed_gaussian":  # the export says what RLlib clamps the log-std to
+            low, high = self.spec["files"][self.file]["log_std_bounds"]
+            log_std = np.clip(log_std, low, high)
         actions = loc + np.exp(log_std) * rng.standard_normal(loc.shape)
         if self.sampling == "squashed_gaussian":
             actions = np.tanh(actions)

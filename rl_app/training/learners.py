@@ -181,7 +181,7 @@ def prepare_learner(
 
     config = algorithm_config(experiment, plan, source)
     interval, max_restarts = experiment.evaluation.interval, experiment.env_runners.max_restarts
-    return resolved_settings(experiment, config), lambda: RLlibLearner(
+    return resolved_settings(experiment, config, plan), lambda: RLlibLearner(
         build_algorithm(config), interval, max_restarts
     )
 

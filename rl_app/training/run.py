@@ -321,13 +321,9 @@ def train(
         if algorithm_spec(experiment.algorithm).backend == "tabular":
             resources = "tabular, numpy on the driver: no env runners, no learner"
         else:
-            from rl_app.rllib.offpolicy import describe_replay
-            from rl_app.rllib.sampling import describe_sampling
+            from rl_app.rllib.config import describe_rllib_setup
 
-            resources += f"; sampling: {describe_sampling(experiment)}"
-            replay = describe_replay(experiment)
-            if replay is not None:
-                resources += f"; replay: {replay}"
+            resources += f"; {describe_rllib_setup(experiment, resource_plan)}"
         _print_start(console, plan, resources, run_dir, mirror)
         loop = TrainingLoop(build_learner(), experiment, plan.name)
         try:

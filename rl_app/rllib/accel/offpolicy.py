@@ -49,9 +49,8 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from rl_app.rllib.driver import in_place_sync
-from rl_app.rllib.learners import BatchedStepDQNLearner, BatchedStepSACLearner
-from rl_app.rllib.sampling import Transitions
+from rl_app.rllib.accel.driver import in_place_sync
+from rl_app.rllib.accel.runner import Transitions
 
 STATE_FORMAT = "rl_app.array_replay/1"  # marks our buffer state (RLlib's own state has "episodes")
 
@@ -559,43 +558,5 @@ class ArrayReplaySAC(_ArrayReplayTrainingStep, SAC):
     """RLlib's SAC, its replay sampled as arrays."""
 
 
+# The algorithm class of each algorithm whose registry entry names the "replay_buffer" part.
 ARRAY_REPLAY_ALGORITHMS = {"DQN": ArrayReplayDQN, "SAC": ArrayReplaySAC}
-
-
-def replay_refusal(experiment: Any) -> str | None:
-    """Why ``experiment`` (DQN or SAC) replays through RLlib's episode buffer, or None when ours fits it."""
-    import gymnasium as gym
-
-    from rl_app.envs import observation_space
-
-    buffer = experiment.training.replay_buffer
-    if buffer is not None and buffer.implementation == "rllib":
-        return "training.replay_buffer.implementation: rllib"
-    if buffer is not None and buffer.type != "PrioritizedEpisodeReplayBuffer":
-        return f"training.replay_buffer.type {buffer.type}"
-    if experiment.learners.num_learners > 1:
-        return f"learners.num_learners {experiment.learners.num_learners}"
-    if not isinstance(observation_space(experiment.env), gym.spaces.Box):
-        return "observations are not a Box"
-    return None
-
-
-def describe_replay(experiment: Any) -> str | None:
-    """The start line's word on replay (None for an algorithm without one)."""
-    if experiment.algorithm not in ARRAY_REPLAY_ALGORITHMS:
-        return None
-    refusal = replay_refusal(experiment)
-    return (
-        "array buffer (rl_app's batched n-step replay)"
-        if refusal is None
-        else f"RLlib's episode buffer ({refusal})"
-    )
-
-
-def use_array_replay(experiment: Any, config: Any) -> None:
-    """Point ``config`` at the algorithm class with the array buffer, and at our learner, when
-    ``experiment`` fits them."""
-    if experiment.algorithm in ARRAY_REPLAY_ALGORITHMS and replay_refusal(experiment) is None:
-        config.algo_class = ARRAY_REPLAY_ALGORITHMS[experiment.algorithm]
-        learner = {"DQN": BatchedStepDQNLearner, "SAC": BatchedStepSACLearner}[experiment.algorithm]
-        config.learners(learner_class=learner)

@@ -589,3 +589,7 @@ class BatchedStepSACLearner(_OffPolicyMixin, SACTorchLearner):  # type: ignore[m
             optimizer.zero_grad(set_to_none=True)
         cast(torch.Tensor, sum(loss_per_module.values())).backward()
         return {pid: param.grad for pid, param in self._params.items()}
+
+
+# The learner class of each algorithm whose registry entry names the "learner" part.
+LEARNERS = {"PPO": BatchedStepPPOLearner, "DQN": BatchedStepDQNLearner, "SAC": BatchedStepSACLearner}

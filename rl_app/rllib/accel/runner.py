@@ -46,13 +46,11 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.spaces.space_utils import batch, clip_action, get_base_struct_from_space, unsquash_action
 
-from rl_app.envs import has_native_vector_env, observation_space
-from rl_app.rllib.distributions import sample_categorical, sample_squashed_gaussian
+from rl_app.rllib.accel.draws import sample_categorical, sample_squashed_gaussian
 from rl_app.rllib.env_runner import RLAppEnvRunner
 
 logger = logging.getLogger(__name__)
 
-FAST_ALGORITHMS = ("PPO", "APPO", "IMPALA", "DQN", "SAC")
 # RLlib 2.60's default pipelines for a single-agent, stateless module; anything else (user
 # connectors, MeanStdFilter, frame stacking connectors) is RLlib's to run.
 DEFAULT_ENV_TO_MODULE = (
@@ -70,32 +68,6 @@ DEFAULT_MODULE_TO_ENV = (
     "NormalizeAndClipActions",
     "ListifyDataForVectorEnv",
 )
-
-
-def sampling_refusal(experiment: Any) -> str | None:
-    """Why ``experiment`` samples with RLlib's runner, or None when ours fits it."""
-    runners = experiment.env_runners
-    if runners.runner == "rllib":
-        return "env_runners.runner: rllib"
-    if experiment.algorithm not in FAST_ALGORITHMS:
-        return f"{experiment.algorithm} is not one of {', '.join(FAST_ALGORITHMS)}"
-    if runners.observation_filter is not None:
-        return f"env_runners.observation_filter {runners.observation_filter} is an RLlib connector"
-    if not isinstance(observation_space(experiment.env), gym.spaces.Box):
-        return "observations are not a Box"
-    return None
-
-
-def vectorizes_natively(experiment: Any) -> bool:
-    """Whether the runners step the env's own vector env (``env_runners.vectorize``)."""
-    return experiment.env_runners.vectorize == "auto" and has_native_vector_env(experiment.env)
-
-
-def describe_sampling(experiment: Any) -> str:
-    """The start line's word on sampling: our runner, or RLlib's and why; and the vector env."""
-    refusal = sampling_refusal(experiment)
-    runner = "fast runner (rl_app's batched sampler)" if refusal is None else f"RLlib's runner ({refusal})"
-    return f"{runner}, {experiment.env.id}'s own vector env" if vectorizes_natively(experiment) else runner
 
 
 def _pipeline_refusal(runner: Any) -> str | None:
