@@ -365,7 +365,7 @@ def test_returns_in_the_native_envs_float32_are_read_as_numbers() -> None:
 def test_episodes_made_from_arrays_are_the_constructors_attribute_for_attribute(spaces: tuple) -> None:
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from rl_app.rllib.accel.runner import ArrayEpisodes
+    from rl_app.rllib.accel.adapter import EpisodeFactory
 
     observation_space, action_space = spaces
     rng = np.random.default_rng(0)
@@ -376,7 +376,7 @@ def test_episodes_made_from_arrays_are_the_constructors_attribute_for_attribute(
         "infos": [{}, {"a": 1}, {}, {"b": 2}],
         "extra_model_outputs": {"action_logp": rng.normal(size=3).astype(np.float32), "seq": np.full(3, 7)},
     }
-    maker = ArrayEpisodes(observation_space, action_space)
+    maker = EpisodeFactory(observation_space, action_space)
     assert maker.fits  # RLlib's classes are the ones it knows: the fast path is taken
     made = maker.make(**columns, terminated=False, truncated=True)
     built = SingleAgentEpisode(
@@ -410,10 +410,10 @@ def test_episodes_made_from_arrays_are_the_constructors_attribute_for_attribute(
 def test_episodes_of_an_unknown_layout_come_from_rllibs_constructor(monkeypatch: pytest.MonkeyPatch) -> None:
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from rl_app.rllib.accel.runner import ArrayEpisodes
+    from rl_app.rllib.accel.adapter import EpisodeFactory
 
-    monkeypatch.setattr(ArrayEpisodes, "SHARED", (*ArrayEpisodes.SHARED, "a_slot_of_another_ray"))
-    maker = ArrayEpisodes(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2))
+    monkeypatch.setattr(EpisodeFactory, "SHARED", (*EpisodeFactory.SHARED, "a_slot_of_another_ray"))
+    maker = EpisodeFactory(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2))
     assert not maker.fits
     observations = np.zeros((3, 4), np.float32)
     episode = maker.make(observations, np.array([0, 1]), np.ones(2), [{}] * 3, {}, True, False)

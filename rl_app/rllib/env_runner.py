@@ -9,10 +9,10 @@ import logging
 from typing import Any
 
 from ray.rllib.env.env_runner import ENV_STEP_FAILURE
-from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.debug import update_global_seed_if_necessary
 
 from rl_app.errors import EnvFailedError, error_detail
+from rl_app.rllib.accel.adapter import EnvRunnerInternals
 
 
 class _HandledEnvFailure(logging.Filter):
@@ -43,11 +43,11 @@ class _HandledRunnerCrash(logging.Filter):
 logging.getLogger("ray.rllib.utils.actor_manager").addFilter(_HandledRunnerCrash())
 
 
-class RLAppEnvRunner(SingleAgentEnvRunner):
+class RLAppEnvRunner(EnvRunnerInternals):
     """RLlib's runner, re-seedable at run time and drawing new evaluation starts each time.
 
-    Workarounds for RLlib 2.60, which keeps the seed in the private ``_seed`` and reads it
-    at every reset that follows a ``sample(num_episodes=...)``:
+    Workarounds for RLlib 2.60, which keeps the seed privately (``seed_of_next_reset``) and reads
+    it at every reset that follows a ``sample(num_episodes=...)``:
     - evaluation: RLlib would reset its eval envs with the same seed for every evaluation,
       so every evaluation would replay the same start states and "best evaluation return"
       would rank checkpoints on those few alone. After the first (seeded) evaluation the
@@ -62,19 +62,19 @@ class RLAppEnvRunner(SingleAgentEnvRunner):
         every env with it."""
         if seed is not None:
             seed = int(seed + (self.worker_index or 0) + 1_000_000 * self.config.in_evaluation)
-        self._seed = seed
+        self.seed_of_next_reset = seed
         update_global_seed_if_necessary(framework=self.config.framework_str, seed=seed)
-        self._needs_initial_reset = True
+        self.needs_initial_reset = True
 
     @property
     def seed(self) -> int | None:
         """The seed of the next seeded reset (None: the envs' own RNGs go on)."""
-        return self._seed
+        return self.seed_of_next_reset
 
     def sample(self, **kwargs: Any) -> Any:
         episodes = super().sample(**kwargs)
         if self.config.in_evaluation:
-            self._seed = None
+            self.seed_of_next_reset = None
         return episodes
 
     # A failing env. RLlib 2.60's own restart (``restart_failed_sub_environments``) retries a
@@ -94,19 +94,19 @@ class RLAppEnvRunner(SingleAgentEnvRunner):
             ) from None
         self.make_env()
 
-    def _try_env_step(self, actions: Any) -> Any:
+    def try_env_step(self, actions: Any) -> Any:
         try:
-            results = super()._try_env_step(actions)  # RLlib counts the failure, then raises
+            results = super().try_env_step(actions)  # RLlib counts the failure, then raises
         except RuntimeError as exc:
             self._env_failed(exc.__cause__ or exc, "step")
             return ENV_STEP_FAILURE  # RLlib drops the broken episodes and resets
         self._failures_in_a_row = 0
         return results
 
-    def _try_env_reset(self, *, seed: Any = None, options: Any = None) -> Any:
+    def try_env_reset(self, *, seed: Any = None, options: Any = None) -> Any:
         while True:
             try:
-                return super()._try_env_reset(seed=seed, options=options)
+                return super().try_env_reset(seed=seed, options=options)
             except Exception as exc:
                 self._env_failed(exc, "reset")
 

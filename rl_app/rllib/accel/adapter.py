@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from typing import Any, cast
 
 # (module, class): the private methods rl_app overrides or calls, with the parameters it relies on.
 PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
@@ -146,8 +146,10 @@ def adapter_problem() -> str | None:
             found = getattr(cls, method, None)
             if found is None:
                 return f"{name}.{method} is gone"
-            if parameters and tuple(inspect.signature(found).parameters) != parameters:
-                return f"{name}.{method} takes {tuple(inspect.signature(found).parameters)} now"
+            # Ray adds a _ray_trace_ctx parameter to the methods of a class it made an actor of.
+            taken = tuple(p for p in inspect.signature(found).parameters if p != "_ray_trace_ctx")
+            if parameters and taken != parameters:
+                return f"{name}.{method} takes {taken} now"
     for (module, qualname), keywords in PRIVATE_KEYWORDS.items():
         try:
             accepted = inspect.signature(_resolve(module, qualname)).parameters
@@ -157,3 +159,270 @@ def adapter_problem() -> str | None:
         if missing:
             return f"{qualname} takes no {missing[0]}"
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Env runners: RLlib 2.60's SingleAgentEnvRunner, its episodes and lookback buffers.
+
+import uuid  # noqa: E402  (the names below are the adapter's contents; the checks come first)
+
+import numpy as np  # noqa: E402
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner  # noqa: E402
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode  # noqa: E402
+from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer  # noqa: E402
+
+
+class EnvRunnerInternals(SingleAgentEnvRunner):
+    """RLlib's runner with the private names rl_app's runners use under public ones. The hooks
+    RLlib calls (``_sample``, ``_try_env_step``, ``_try_env_reset``) forward to
+    :meth:`sample_steps`, :meth:`try_env_step` and :meth:`try_env_reset`, which subclasses override
+    and which, not overridden, are RLlib's."""
+
+    def _sample(
+        self,
+        *,
+        num_timesteps: int | None = None,
+        num_episodes: int | None = None,
+        explore: bool,
+        random_actions: bool = False,
+        force_reset: bool = False,
+    ) -> list[Any]:
+        return self.sample_steps(
+            num_timesteps=num_timesteps,
+            num_episodes=num_episodes,
+            explore=explore,
+            random_actions=random_actions,
+            force_reset=force_reset,
+        )
+
+    def sample_steps(
+        self,
+        *,
+        num_timesteps: int | None = None,
+        num_episodes: int | None = None,
+        explore: bool,
+        random_actions: bool = False,
+        force_reset: bool = False,
+    ) -> list[Any]:
+        """RLlib's sampling of ``sample()``: timesteps (episode chunks) or whole episodes."""
+        return super()._sample(
+            num_timesteps=num_timesteps,
+            num_episodes=num_episodes,
+            explore=explore,
+            random_actions=random_actions,
+            force_reset=force_reset,
+        )
+
+    def _try_env_step(self, actions: Any) -> Any:
+        return self.try_env_step(actions)
+
+    def try_env_step(self, actions: Any) -> Any:
+        """RLlib's env step (ENV_STEP_FAILURE, or an error, when the vector env raised)."""
+        return super()._try_env_step(actions)
+
+    def _try_env_reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        return self.try_env_reset(seed=seed, options=options)
+
+    def try_env_reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        return super()._try_env_reset(seed=seed, options=options)
+
+    @property
+    def seed_of_next_reset(self) -> int | None:
+        """The seed RLlib resets the envs with after ``needs_initial_reset`` (None: their own RNGs)."""
+        return self._seed
+
+    @seed_of_next_reset.setter
+    def seed_of_next_reset(self, seed: int | None) -> None:
+        self._seed = seed
+
+    @property
+    def needs_initial_reset(self) -> bool:
+        return bool(self._needs_initial_reset)
+
+    @needs_initial_reset.setter
+    def needs_initial_reset(self, value: bool) -> None:
+        self._needs_initial_reset = value
+
+    @property
+    def ongoing_episodes(self) -> list[Any]:
+        return self._ongoing_episodes
+
+    @ongoing_episodes.setter
+    def ongoing_episodes(self, episodes: list[Any]) -> None:
+        self._ongoing_episodes = episodes
+
+    @property
+    def weights_seq_no(self) -> int:
+        return self._weights_seq_no
+
+    @weights_seq_no.setter
+    def weights_seq_no(self, value: int) -> None:
+        self._weights_seq_no = value
+
+    @property
+    def time_after_sampling(self) -> float | None:
+        return self._time_after_sampling
+
+    @time_after_sampling.setter
+    def time_after_sampling(self, value: float) -> None:
+        cast(Any, self)._time_after_sampling = value  # RLlib declares it None-typed
+
+    def forget_cached_connector_output(self) -> None:
+        """RLlib's timestep sampling keeps the env-to-module output of its last step; another
+        sampler's steps make it stale."""
+        self._cached_to_module = None
+
+    def keep_done_for_metrics(self, episodes: list[Any]) -> None:
+        """Hand the episodes that ended to ``get_metrics()``, as RLlib's ``_sample`` does."""
+        self._done_episodes_for_metrics.extend(episodes)
+
+    def keep_chunk_for_metrics(self, episode: Any) -> None:
+        """Hand this call's chunk of a running episode to ``get_metrics()`` (summed, under its id,
+        with the episode's other chunks when it ends), as RLlib's ``_sample`` does."""
+        self._ongoing_episodes_for_metrics[episode.id_].append(episode)
+
+    def has_state_server(self) -> bool:
+        return self._env_runner_state_server is not None
+
+    def connector_names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The class names of the env-to-module and module-to-env connector pipelines."""
+        return (
+            tuple(type(c).__name__ for c in cast(Any, self._env_to_module).connectors),
+            tuple(type(c).__name__ for c in cast(Any, self._module_to_env).connectors),
+        )
+
+    def reset_envs_and_episodes(self, explore: bool) -> None:
+        """RLlib's reset of every env (seeded after ``needs_initial_reset``; episode callbacks)."""
+        self._reset_envs_and_episodes(explore=explore)
+
+    def log_sampled(self, num_steps: int, num_episodes_completed: int) -> None:
+        """What RLlib's ``_sample`` logs of a call: its Prometheus counter and step/episode counts."""
+        self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=num_steps)
+        self._increase_sampled_metrics(num_steps, num_episodes_completed)
+
+    def log_episode_metrics(self, length: int, episode_return: Any, seconds: float) -> None:
+        self._log_episode_metrics(length, episode_return, seconds)
+
+
+def forward_exploration(module: Any, batch: dict[str, Any], t: int) -> dict[str, Any]:
+    """What ``module.forward_exploration`` computes, without its switch to eval mode and back."""
+    return module._forward_exploration(batch, t=t)
+
+
+def forward_inference(module: Any, batch: dict[str, Any]) -> dict[str, Any]:
+    """What ``module.forward_inference`` computes, without its switch to eval mode and back."""
+    return module._forward_inference(batch)
+
+
+def forward_train(module: Any, batch: dict[str, Any]) -> dict[str, Any]:
+    """What ``module.forward_train`` computes, without its switch to train mode."""
+    return module._forward_train(batch)
+
+
+def episode_start_time(episode: Any) -> float | None:
+    return episode._start_time
+
+
+def mark_episode_steps(
+    episode: Any, last_step_time: float, last_observation: Any = None, last_infos: Any = None
+) -> None:
+    """Leave ``episode``'s bookkeeping as ``add_env_reset``/``add_env_step`` would: the last step's
+    time (and the start's, for a first step), observation and infos."""
+    if last_infos is not None:
+        episode._last_added_observation, episode._last_added_infos = last_observation, last_infos
+    episode._last_step_time = last_step_time
+    if episode._start_time is None:
+        episode._start_time = last_step_time
+
+
+def mark_episode_reset(episode: Any, reset_time: float, last_step_time: float | None = None) -> None:
+    """The start (and last step) time RLlib's runner stamps on an episode."""
+    episode._start_time = reset_time
+    if last_step_time is not None:
+        episode._last_step_time = last_step_time
+
+
+class EpisodeFactory:
+    """Makes the episodes of arrays that RLlib's ``SingleAgentEpisode(..., len_lookback_buffer=0)``
+    makes, with the same attributes, without the constructor's per-episode work: each of its
+    buffers derives its space's structure again, and it checks lengths these arrays have by
+    construction (half of a wide runner's sampling time). Where RLlib's classes have other
+    attributes than the ones this knows (another Ray), the constructor makes them.
+    tests/test_sampling.py compares every attribute with the constructor's."""
+
+    # RLlib 2.60's episode slots (OWN: a new object for each episode; SHARED: the template's value)
+    # and buffer attributes.
+    OWN = ("id_", "observations", "infos", "actions", "rewards", "extra_model_outputs", "_custom_data")
+    SHARED = (
+        "agent_id", "is_terminated", "is_truncated", "module_id", "multi_agent_episode_id", "t", "t_started",
+        "_action_space", "_last_added_observation", "_last_added_infos", "_last_step_time",
+        "_observation_space", "_start_time",
+    )  # fmt: skip
+    BUFFER = ("data", "lookback", "finalized", "_space", "_space_struct")
+
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        self._spaces: dict[str, Any] = {"observation_space": observation_space, "action_space": action_space}
+        template = SingleAgentEpisode(**self._spaces)
+        self.fits = sorted(SingleAgentEpisode.__slots__) == sorted(self.OWN + self.SHARED) and sorted(
+            vars(template.observations)
+        ) == sorted(self.BUFFER)
+        self._shared = [(name, getattr(template, name)) for name in self.SHARED] if self.fits else []
+        self._observations = _buffer_fields(template.observations)
+        self._actions = _buffer_fields(template.actions)
+        self._rewards = _buffer_fields(template.rewards)
+        self._infos = _buffer_fields(template.infos)
+        self._plain = _buffer_fields(InfiniteLookbackBuffer())
+
+    def empty(self) -> Any:
+        """A new episode with nothing added yet (RLlib's constructor: its buffers are lists)."""
+        return SingleAgentEpisode(**self._spaces)
+
+    def make(
+        self,
+        observations: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        infos: list[dict[str, Any]],
+        extra_model_outputs: dict[str, np.ndarray],
+        terminated: bool,
+        truncated: bool,
+    ) -> Any:
+        """An episode of ``len(rewards)`` steps; the arrays become its buffers' data (not copied)."""
+        if not self.fits:
+            columns: dict[str, Any] = {"observations": observations, "actions": actions, "rewards": rewards}
+            return SingleAgentEpisode(
+                **columns,
+                **self._spaces,
+                infos=infos,
+                extra_model_outputs=extra_model_outputs,
+                terminated=terminated,
+                truncated=truncated,
+                len_lookback_buffer=0,
+            )
+        episode = object.__new__(SingleAgentEpisode)
+        for name, value in self._shared:
+            setattr(episode, name, value)
+        episode.id_ = uuid.uuid4().hex
+        episode.observations = _buffer(self._observations, observations)
+        episode.infos = _buffer(self._infos, infos)
+        episode.actions = _buffer(self._actions, actions)
+        episode.rewards = _buffer(self._rewards, rewards)
+        episode.extra_model_outputs = {
+            key: _buffer(self._plain, value) for key, value in extra_model_outputs.items()
+        }
+        episode._custom_data = {}
+        episode.is_terminated, episode.is_truncated = terminated, truncated
+        episode.t = len(rewards)
+        return episode
+
+
+def _buffer_fields(empty: InfiniteLookbackBuffer) -> dict[str, Any]:
+    """An empty buffer's attributes but its data (its space and that space's structure)."""
+    return {key: value for key, value in vars(empty).items() if key not in ("data", "finalized")}
+
+
+def _buffer(fields: dict[str, Any], data: Any) -> InfiniteLookbackBuffer:
+    """``InfiniteLookbackBuffer(data, lookback=0, space)`` with the space's structure already derived."""
+    buffer = object.__new__(InfiniteLookbackBuffer)
+    buffer.__dict__ = {**fields, "data": data, "finalized": not isinstance(data, list)}
+    return buffer

@@ -36,7 +36,6 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical, TorchSquashedGaussian
 from ray.rllib.env.env_runner import ENV_STEP_FAILURE
-from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from ray.rllib.utils.metrics import (
     RLMODULE_INFERENCE_TIMER,
@@ -46,6 +45,14 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.spaces.space_utils import batch, clip_action, get_base_struct_from_space, unsquash_action
 
+from rl_app.rllib.accel.adapter import (
+    EpisodeFactory,
+    episode_start_time,
+    forward_exploration,
+    forward_inference,
+    mark_episode_reset,
+    mark_episode_steps,
+)
 from rl_app.rllib.accel.draws import sample_categorical, sample_squashed_gaussian
 from rl_app.rllib.env_runner import RLAppEnvRunner
 
@@ -71,8 +78,7 @@ DEFAULT_MODULE_TO_ENV = (
 
 
 def _pipeline_refusal(runner: Any) -> str | None:
-    env_to_module = tuple(type(c).__name__ for c in runner._env_to_module.connectors)
-    module_to_env = tuple(type(c).__name__ for c in runner._module_to_env.connectors)
+    env_to_module, module_to_env = runner.connector_names()
     if env_to_module != DEFAULT_ENV_TO_MODULE or module_to_env != DEFAULT_MODULE_TO_ENV:
         return f"connectors other than RLlib's defaults ({env_to_module}, {module_to_env})"
     if not runner.config.episodes_to_numpy:
@@ -124,7 +130,7 @@ class FastEnvRunner(RLAppEnvRunner):
         self._ended_for_metrics: list[tuple[int, Any, float]] = []
         super().__init__(*args, **kwargs)
 
-    def _sample(
+    def sample_steps(
         self,
         *,
         num_timesteps: int | None = None,
@@ -136,7 +142,7 @@ class FastEnvRunner(RLAppEnvRunner):
         if self._open_episodes is not None:  # the transition path moved the envs on: start afresh
             self._open_episodes, force_reset = None, True
         if random_actions or self._pipeline_refusal() is not None:
-            return super()._sample(
+            return super().sample_steps(
                 num_timesteps=num_timesteps,
                 num_episodes=num_episodes,
                 explore=explore,
@@ -169,7 +175,7 @@ class FastEnvRunner(RLAppEnvRunner):
         with torch.no_grad(), self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
             batch = {Columns.OBS: _to_tensor(observations)}
             # The methods RLlib's forward_exploration/forward_inference call, minus their mode switch.
-            out = module._forward_exploration(batch, t=t) if explore else module._forward_inference(batch)
+            out = forward_exploration(module, batch, t) if explore else forward_inference(module, batch)
             if Columns.ACTIONS not in out and Columns.ACTION_DIST_INPUTS in out:
                 if explore:
                     dist_class = module.get_exploration_action_dist_cls()
@@ -234,7 +240,7 @@ class FastEnvRunner(RLAppEnvRunner):
         config = self.config
         if config.in_evaluation or config.batch_mode != "truncate_episodes" or not config.explore:
             return "an evaluation runner, whole-episode batches, or sampling without exploring"
-        if config.callbacks_on_sample_end or self._env_runner_state_server is not None:
+        if config.callbacks_on_sample_end or self.has_state_server():
             return "an on_sample_end callback, or a weights server to pull from"
         return None
 
@@ -250,11 +256,9 @@ class FastEnvRunner(RLAppEnvRunner):
         if self.env is None:
             raise ValueError(f"{self} doesn't have an env! Can't call `sample()` on it.")
         metrics = self.metrics
-        if self._time_after_sampling is not None:
-            metrics.log_value(
-                key=TIME_BETWEEN_SAMPLING, value=time.perf_counter() - self._time_after_sampling
-            )
-        metrics.log_value(key=WEIGHTS_SEQ_NO, value=self._weights_seq_no, window=1)
+        if self.time_after_sampling is not None:
+            metrics.log_value(key=TIME_BETWEEN_SAMPLING, value=time.perf_counter() - self.time_after_sampling)
+        metrics.log_value(key=WEIGHTS_SEQ_NO, value=self.weights_seq_no, window=1)
         with metrics.log_time(SAMPLE_TIMER), self._inference_mode():
             if num_timesteps is None:
                 num_timesteps = self.config.get_rollout_fragment_length(self.worker_index) * self.num_envs
@@ -263,19 +267,19 @@ class FastEnvRunner(RLAppEnvRunner):
             except BaseException:
                 self._open_episodes = None  # half a call's bookkeeping: the next call starts afresh
                 raise
-        cast(Any, self)._time_after_sampling = time.perf_counter()  # RLlib declares it None-typed
+        self.time_after_sampling = time.perf_counter()
         return transitions
 
     def _reset_open_episodes(self) -> _OpenEpisodes:
         """Every env reset as RLlib's runner resets them (seeded at first, episode callbacks), its
         episodes kept open for the transition path."""
-        self._reset_envs_and_episodes(explore=True)
-        self._open_episodes = _OpenEpisodes(self._ongoing_episodes, self._ended_for_metrics)
+        self.reset_envs_and_episodes(explore=True)
+        self._open_episodes = _OpenEpisodes(self.ongoing_episodes, self._ended_for_metrics)
         return self._open_episodes
 
     def _sample_transitions(self, num_timesteps: int) -> Transitions:
         episodes = self._open_episodes
-        if episodes is None or self._needs_initial_reset:
+        if episodes is None or self.needs_initial_reset:
             episodes = self._reset_open_episodes()
         env: Any = self.env
         action_struct = get_base_struct_from_space(env.single_action_space)
@@ -285,7 +289,7 @@ class FastEnvRunner(RLAppEnvRunner):
             actions = self._act(episodes.observations, True, self._timestep(ts), outputs=False)[
                 Columns.ACTIONS
             ]
-            results = self._try_env_step(self._actions_for_env(actions, action_struct))
+            results = self.try_env_step(self._actions_for_env(actions, action_struct))
             if isinstance(results, str) and results == ENV_STEP_FAILURE:
                 # As RLlib: this call's steps of the running episodes are dropped, every env starts over.
                 rows.drop_running(episodes.ids)
@@ -299,15 +303,14 @@ class FastEnvRunner(RLAppEnvRunner):
             now = time.perf_counter()
             rows.ended += episodes.step(stepped, rewards, terminateds, truncateds, next_observations, now)
         episodes.end_call()
-        self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
-        self._increase_sampled_metrics(ts, len(self._ended_for_metrics) - ended_before)
+        self.log_sampled(ts, len(self._ended_for_metrics) - ended_before)
         return rows.in_episode_order(episodes.ids)
 
     def get_metrics(self) -> Any:
         ended = list(self._ended_for_metrics)
         self._ended_for_metrics.clear()  # in place: the open episodes append to this list
         for length, episode_return, seconds in ended:
-            self._log_episode_metrics(length, episode_return, seconds)
+            self.log_episode_metrics(length, episode_return, seconds)
         return super().get_metrics()
 
     def _sample_in_eval_mode(
@@ -315,14 +318,14 @@ class FastEnvRunner(RLAppEnvRunner):
     ) -> list[Any]:
         """RLlib's ``_sample`` for ``num_timesteps`` (episode chunks, continued next call) or
         ``num_episodes`` (complete episodes from freshly reset envs; the unfinished are dropped)."""
-        if force_reset or num_episodes is not None or self._needs_initial_reset:
-            self._reset_envs_and_episodes(explore)
+        if force_reset or num_episodes is not None or self.needs_initial_reset:
+            self.reset_envs_and_episodes(explore)
         if num_episodes is not None:
-            self._needs_initial_reset = True  # the next call starts from fresh episodes too
-        self._cached_to_module = None  # RLlib's timestep path never runs after ours
+            self.needs_initial_reset = True  # the next call starts from fresh episodes too
+        self.forget_cached_connector_output()
         # None: an episode that started in this call, made from the step arrays when it ends or the
         # call does (most episodes of a short-lived policy never exist before that).
-        episodes: list[Any] = list(self._ongoing_episodes)
+        episodes: list[Any] = list(self.ongoing_episodes)
         n = self.num_envs
         # An env whose episode ended in the last step returns its reset observation next
         # (gymnasium's next-step autoreset): that step is the new episode's reset, not a timestep.
@@ -347,13 +350,13 @@ class FastEnvRunner(RLAppEnvRunner):
         ):
             out = self._act(observations, explore, self._timestep(ts))
             actions = out.pop(Columns.ACTIONS)
-            results = self._try_env_step(self._actions_for_env(actions, action_struct))
+            results = self.try_env_step(self._actions_for_env(actions, action_struct))
             if isinstance(results, str) and results == ENV_STEP_FAILURE:
                 # As RLlib: the ongoing episodes are dropped (finished ones kept), every env starts over.
                 done_episodes += self._finished(ended, steps)
                 ts, steps, ended = 0, _Steps(), []
-                self._reset_envs_and_episodes(explore)
-                episodes = list(self._ongoing_episodes)
+                self.reset_envs_and_episodes(explore)
+                episodes = list(self.ongoing_episodes)
                 observations = np.stack([episode.get_observations(-1) for episode in episodes])
                 resetting[:] = False
                 chunk_start = [0] * n
@@ -377,9 +380,8 @@ class FastEnvRunner(RLAppEnvRunner):
 
         done_episodes += self._finished(ended, steps)
         if num_episodes is not None:
-            self._done_episodes_for_metrics.extend(done_episodes)
-            self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
-            self._increase_sampled_metrics(ts, len(done_episodes))
+            self.keep_done_for_metrics(done_episodes)
+            self.log_sampled(ts, len(done_episodes))
             return done_episodes
         for i in range(n):
             if resetting[i]:  # ended in the last step: the next call resets it
@@ -397,12 +399,11 @@ class FastEnvRunner(RLAppEnvRunner):
             if episode.t == 0:
                 continue
             episode.validate()
-            self._ongoing_episodes_for_metrics[episode.id_].append(episode)
+            self.keep_chunk_for_metrics(episode)
             ongoing.append(episode.to_numpy())
-        self._ongoing_episodes = continuations
-        self._done_episodes_for_metrics.extend(done_episodes)
-        self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
-        self._increase_sampled_metrics(ts, len(done_episodes))
+        self.ongoing_episodes = continuations
+        self.keep_done_for_metrics(done_episodes)
+        self.log_sampled(ts, len(done_episodes))
         return done_episodes + ongoing
 
     def _finished(self, ended: list[_Ended], steps: _Steps) -> list[Any]:
@@ -427,7 +428,7 @@ class FastEnvRunner(RLAppEnvRunner):
             episode = self._array_episodes.empty()
             info = steps.infos(i, slice(start - 1, start))[0]
             episode.add_env_reset(observation=steps.column("obs")[start - 1, i].copy(), infos=info)
-            episode._start_time = reset
+            mark_episode_reset(episode, reset)
             return episode
         span = slice(start, stop)
         infos = steps.infos(i, slice(start - 1, stop))
@@ -438,19 +439,19 @@ class FastEnvRunner(RLAppEnvRunner):
             "actions": steps.column("actions")[span, i].copy(),
             "rewards": steps.column("rewards")[span, i].copy(),
             "extra_model_outputs": {key: steps.column(key)[span, i].copy() for key in steps.extra_keys}
-            | {WEIGHTS_SEQ_NO: np.full(stop - start, self._weights_seq_no)},
+            | {WEIGHTS_SEQ_NO: np.full(stop - start, self.weights_seq_no)},
         }
         episode = self._array_episodes.make(
             **columns, infos=infos, terminated=end.terminated, truncated=end.truncated
         )
-        episode._last_added_observation, episode._last_added_infos = episode.observations.data[-1], infos[-1]
-        episode._start_time, episode._last_step_time = reset, steps.step_time(stop - 1)
+        mark_episode_reset(episode, reset, steps.step_time(stop - 1))
+        mark_episode_steps(episode, steps.step_time(stop - 1), episode.observations.data[-1], infos[-1])
         return episode
 
     @functools.cached_property
-    def _array_episodes(self) -> ArrayEpisodes:
+    def _array_episodes(self) -> EpisodeFactory:
         env: Any = self.env
-        return ArrayEpisodes(env.single_observation_space, env.single_action_space)
+        return EpisodeFactory(env.single_observation_space, env.single_action_space)
 
     def _placeholder(self) -> np.ndarray:
         env: Any = self.env
@@ -474,98 +475,9 @@ class FastEnvRunner(RLAppEnvRunner):
             _append_rows(episode.extra_model_outputs[key], steps.column(key)[span, i])
         if WEIGHTS_SEQ_NO not in episode.extra_model_outputs:
             episode.extra_model_outputs[WEIGHTS_SEQ_NO] = InfiniteLookbackBuffer()
-        _append_rows(episode.extra_model_outputs[WEIGHTS_SEQ_NO], np.full(stop - start, self._weights_seq_no))
+        _append_rows(episode.extra_model_outputs[WEIGHTS_SEQ_NO], np.full(stop - start, self.weights_seq_no))
         episode.t += stop - start
-        episode._last_added_observation, episode._last_added_infos = episode.observations.data[-1], infos[-1]
-        episode._last_step_time = steps.step_time(stop - 1)
-        if episode._start_time is None:
-            episode._start_time = episode._last_step_time
-
-
-class ArrayEpisodes:
-    """Makes the episodes of arrays that RLlib's ``SingleAgentEpisode(..., len_lookback_buffer=0)``
-    makes, with the same attributes, without the constructor's per-episode work: each of its
-    buffers derives its space's structure again, and it checks lengths these arrays have by
-    construction. That was half of a wide runner's sampling time (profiled at 1,024 CartPole envs).
-    Where RLlib's classes have other attributes than the ones this knows (another Ray), the
-    constructor makes them. tests/test_sampling.py compares every attribute with the constructor's."""
-
-    # RLlib 2.60's episode slots (OWN: a new object for each episode; SHARED: the template's value)
-    # and buffer attributes.
-    OWN = ("id_", "observations", "infos", "actions", "rewards", "extra_model_outputs", "_custom_data")
-    SHARED = (
-        "agent_id", "is_terminated", "is_truncated", "module_id", "multi_agent_episode_id", "t", "t_started",
-        "_action_space", "_last_added_observation", "_last_added_infos", "_last_step_time",
-        "_observation_space", "_start_time",
-    )  # fmt: skip
-    BUFFER = ("data", "lookback", "finalized", "_space", "_space_struct")
-
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space) -> None:
-        self._spaces: dict[str, Any] = {"observation_space": observation_space, "action_space": action_space}
-        template = SingleAgentEpisode(**self._spaces)
-        self.fits = sorted(SingleAgentEpisode.__slots__) == sorted(self.OWN + self.SHARED) and sorted(
-            vars(template.observations)
-        ) == sorted(self.BUFFER)
-        self._shared = [(name, getattr(template, name)) for name in self.SHARED] if self.fits else []
-        self._observations = _buffer_fields(template.observations)
-        self._actions = _buffer_fields(template.actions)
-        self._rewards = _buffer_fields(template.rewards)
-        self._infos = _buffer_fields(template.infos)
-        self._plain = _buffer_fields(InfiniteLookbackBuffer())
-
-    def empty(self) -> Any:
-        """A new episode with nothing added yet (RLlib's constructor: its buffers are lists)."""
-        return SingleAgentEpisode(**self._spaces)
-
-    def make(
-        self,
-        observations: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        infos: list[dict[str, Any]],
-        extra_model_outputs: dict[str, np.ndarray],
-        terminated: bool,
-        truncated: bool,
-    ) -> Any:
-        """An episode of ``len(rewards)`` steps; the arrays become its buffers' data (not copied)."""
-        if not self.fits:
-            columns: dict[str, Any] = {"observations": observations, "actions": actions, "rewards": rewards}
-            return SingleAgentEpisode(
-                **columns,
-                **self._spaces,
-                infos=infos,
-                extra_model_outputs=extra_model_outputs,
-                terminated=terminated,
-                truncated=truncated,
-                len_lookback_buffer=0,
-            )
-        episode = object.__new__(SingleAgentEpisode)
-        for name, value in self._shared:
-            setattr(episode, name, value)
-        episode.id_ = uuid.uuid4().hex
-        episode.observations = _buffer(self._observations, observations)
-        episode.infos = _buffer(self._infos, infos)
-        episode.actions = _buffer(self._actions, actions)
-        episode.rewards = _buffer(self._rewards, rewards)
-        episode.extra_model_outputs = {
-            key: _buffer(self._plain, value) for key, value in extra_model_outputs.items()
-        }
-        episode._custom_data = {}
-        episode.is_terminated, episode.is_truncated = terminated, truncated
-        episode.t = len(rewards)
-        return episode
-
-
-def _buffer_fields(empty: InfiniteLookbackBuffer) -> dict[str, Any]:
-    """An empty buffer's attributes but its data (its space and that space's structure)."""
-    return {key: value for key, value in vars(empty).items() if key not in ("data", "finalized")}
-
-
-def _buffer(fields: dict[str, Any], data: Any) -> InfiniteLookbackBuffer:
-    """``InfiniteLookbackBuffer(data, lookback=0, space)`` with the space's structure already derived."""
-    buffer = object.__new__(InfiniteLookbackBuffer)
-    buffer.__dict__ = {**fields, "data": data, "finalized": not isinstance(data, list)}
-    return buffer
+        mark_episode_steps(episode, steps.step_time(stop - 1), episode.observations.data[-1], infos[-1])
 
 
 class _Ended(NamedTuple):
@@ -662,7 +574,7 @@ class _OpenEpisodes:
         self.resetting = np.zeros(n, dtype=bool)  # ended last step: gymnasium's next step resets it
         self.lengths = [0] * n
         self.rewards: list[list[Any]] = [[] for _ in range(n)]  # this call's
-        self.chunk_start: list[float | None] = [episode._start_time for episode in episodes]
+        self.chunk_start: list[float | None] = [episode_start_time(episode) for episode in episodes]
         self.last_step: list[float] = [0.0] * n
         self.chunks: list[list[tuple[Any, float]]] = [[] for _ in range(n)]  # earlier calls' (return, s)
         self.ended = ended
