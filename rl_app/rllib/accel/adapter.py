@@ -88,6 +88,14 @@ PRIVATE_ATTRIBUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("ray.rllib.env.utils.infinite_lookback_buffer", "InfiniteLookbackBuffer"): ("_space", "_space_struct"),
 }  # fmt: skip
 
+# (module, class): methods a class must leave to its bases, because rl_app's learners replace the
+# base's with their own and call the one below it (after_gradient_based_update_below_dqn).
+NOT_OVERRIDDEN: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ray.rllib.algorithms.dqn.torch.dqn_torch_learner", "DQNTorchLearner"): ("after_gradient_based_update",),
+    ("ray.rllib.algorithms.sac.sac_learner", "SACLearner"): ("after_gradient_based_update",),
+    ("ray.rllib.algorithms.sac.torch.sac_torch_learner", "SACTorchLearner"): ("after_gradient_based_update",),
+}
+
 # (module, function): private keyword arguments rl_app passes.
 PRIVATE_KEYWORDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("ray.rllib.execution.rollout_ops", "synchronous_parallel_sample"): (
@@ -150,6 +158,14 @@ def adapter_problem() -> str | None:
             taken = tuple(p for p in inspect.signature(found).parameters if p != "_ray_trace_ctx")
             if parameters and taken != parameters:
                 return f"{name}.{method} takes {taken} now"
+    for (module, name), methods in NOT_OVERRIDDEN.items():
+        try:
+            cls = _resolve(module, name)
+        except (ImportError, AttributeError):
+            return f"{module}.{name} is gone"
+        for method in methods:
+            if method in vars(cls):
+                return f"{name} has its own {method} now"
     for (module, qualname), keywords in PRIVATE_KEYWORDS.items():
         try:
             accepted = inspect.signature(_resolve(module, qualname)).parameters
@@ -426,3 +442,150 @@ def _buffer(fields: dict[str, Any], data: Any) -> InfiniteLookbackBuffer:
     buffer = object.__new__(InfiniteLookbackBuffer)
     buffer.__dict__ = {**fields, "data": data, "finalized": not isinstance(data, list)}
     return buffer
+
+
+# ---------------------------------------------------------------------------------------------
+# Learners: RLlib 2.60's Learner and TorchLearner, its minibatch iterator.
+
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner  # noqa: E402
+
+
+class LearnerInternals:
+    """Mixed in before one of RLlib's torch learner classes: the private hooks RLlib calls forward
+    to public methods that subclasses override (and that, not overridden, are RLlib's), and the
+    learner's private state is read under public names."""
+
+    _params: dict[Any, Any]
+    _module_optimizers: dict[str, list[str]]
+    _grad_scalers: Any
+    _lr_scheduler_classes: Any
+    _device: Any
+    _weights_seq_no: int
+    _optimizer_lr_schedules: dict[Any, Any]
+    _named_optimizers: dict[str, Any]
+    _optimizer_parameters: dict[Any, Any]
+    _metrics_learner_inner_update: Any
+    _metrics_all_modules_num_env_steps_trained: Any
+    _metrics_all_modules_num_module_steps_trained: Any
+
+    def _uncompiled_update(self, batch: dict[Any, Any], **kwargs: Any) -> Any:
+        return self.update_step(batch, **kwargs)
+
+    def update_step(self, batch: dict[Any, Any], **kwargs: Any) -> Any:
+        """RLlib's gradient step on one minibatch: forward, losses, gradients, optimizer steps."""
+        return super()._uncompiled_update(batch, **kwargs)  # type: ignore[misc]
+
+    def _get_clip_function(self) -> Any:
+        return self.clip_function()
+
+    def clip_function(self) -> Any:
+        """The function RLlib clips each optimizer's gradients with."""
+        return super()._get_clip_function()  # type: ignore[misc]
+
+    def _compute_off_policyness(self, batch: Any) -> None:
+        self.compute_off_policyness(batch)
+
+    def compute_off_policyness(self, batch: Any) -> None:
+        super()._compute_off_policyness(batch)  # type: ignore[misc]
+
+    def _create_iterator_if_necessary(self, **kwargs: Any) -> Any:
+        return self.minibatch_iterator(**kwargs)
+
+    def minibatch_iterator(self, **kwargs: Any) -> Any:
+        """RLlib's iterator over an update's minibatches."""
+        return super()._create_iterator_if_necessary(**kwargs)  # type: ignore[misc]
+
+    def _log_metrics(self, batch: Any) -> None:
+        self.log_minibatch_counters(batch)
+
+    def log_minibatch_counters(self, batch: Any) -> None:
+        """RLlib's Prometheus step counters for one minibatch."""
+        super()._log_metrics(batch)  # type: ignore[misc]
+
+    def _log_steps_trained_metrics(self, batch: Any) -> None:
+        self.log_minibatch_steps(batch)
+
+    def log_minibatch_steps(self, batch: Any) -> None:
+        """RLlib's step counts of one minibatch, in the learner's metrics."""
+        super()._log_steps_trained_metrics(batch)  # type: ignore[misc]
+
+    def gradient_update(self, batch: dict[Any, Any]) -> Any:
+        """RLlib's ``_update``: one gradient step, (fwd_out, losses, metrics)."""
+        return cast(Any, self)._update(batch)
+
+    @property
+    def params_by_id(self) -> dict[Any, Any]:
+        return self._params
+
+    @property
+    def optimizer_names_by_module(self) -> dict[str, list[str]]:
+        return self._module_optimizers
+
+    def uses_grad_scaler_or_torch_lr_scheduler(self) -> bool:
+        """Mixed precision or a torch LR scheduler: RLlib's own path handles those."""
+        return self._grad_scalers is not None or self._lr_scheduler_classes is not None
+
+    def uses_grad_scaler(self) -> bool:
+        return self._grad_scalers is not None
+
+    def uses_lr_schedule(self) -> bool:
+        """A learning-rate schedule of RLlib's or torch's."""
+        scheduled = any(schedule.use_schedule for schedule in self._optimizer_lr_schedules.values())
+        return scheduled or self._lr_scheduler_classes is not None
+
+    @property
+    def learner_device(self) -> Any:
+        return self._device
+
+    @property
+    def learner_weights_seq_no(self) -> int:
+        return self._weights_seq_no
+
+    @learner_weights_seq_no.setter
+    def learner_weights_seq_no(self, value: int) -> None:
+        self._weights_seq_no = value
+
+    def reset_scheduled_rates(self) -> None:
+        """Each optimizer's rate set from its schedule, as ``after_gradient_based_update`` does."""
+        for optimizer, schedule in self._optimizer_lr_schedules.items():
+            TorchLearner._set_optimizer_lr(optimizer, lr=schedule.get_current_value())
+
+    def optimizer_rate(self, optimizer_name: str) -> float:
+        return float(TorchLearner._get_optimizer_lr(self._named_optimizers[optimizer_name]))
+
+    @property
+    def inner_update_timer(self) -> Any:
+        """RLlib's Prometheus histogram around ``_update``."""
+        return self._metrics_learner_inner_update
+
+    def count_steps_trained(self, env_steps: int, module_steps: int) -> None:
+        """RLlib's Prometheus counters of steps trained (positive increments only)."""
+        self._metrics_all_modules_num_env_steps_trained.inc(value=env_steps)
+        self._metrics_all_modules_num_module_steps_trained.inc(value=module_steps)
+
+    def zero_all_gradients(self) -> None:
+        for optimizer in self._optimizer_parameters:
+            optimizer.zero_grad(set_to_none=True)
+
+    def forget_per_optimizer_losses(self) -> None:
+        """SAC's learner keeps each optimizer's loss for its per-optimizer backwards."""
+        cast(Any, self)._temp_losses.clear()
+
+
+def after_gradient_based_update_below_dqn(learner: Any, timesteps: dict[str, Any]) -> None:
+    """``TorchLearner.after_gradient_based_update``: what DQN's learner does after an update, less
+    its target-network update (rl_app's learners average the targets themselves).
+    :func:`adapter_problem` checks no class between them and DQN's learner adds to it."""
+    TorchLearner.after_gradient_based_update(learner, timesteps=timesteps)
+
+
+def cyclic_iterator_settings(cyclic: Any) -> dict[str, Any] | None:
+    """What RLlib's ``MiniBatchCyclicIterator`` keeps of its arguments (None: another layout)."""
+    names = ("_batch", "_minibatch_size", "_num_epochs", "_shuffle_batch_per_epoch", "_num_total_minibatches")
+    if not all(hasattr(cyclic, name) for name in names):
+        return None
+    return {name.lstrip("_"): getattr(cyclic, name) for name in names}
+
+
+def has_sequence_slices(sample_batch: Any) -> bool:
+    return bool(sample_batch._slice_seq_lens_in_B)

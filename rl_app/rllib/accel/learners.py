@@ -33,7 +33,6 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from ray.rllib.algorithms.dqn.dqn_learner import DQNLearner
 from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
 from ray.rllib.algorithms.ppo.ppo import (
     LEARNER_RESULTS_KL_KEY,
@@ -66,6 +65,14 @@ from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
 from ray.rllib.utils.torch_utils import clip_gradients as rllib_clip_gradients
 from ray.rllib.utils.torch_utils import explained_variance
 
+from rl_app.rllib.accel.adapter import (
+    LearnerInternals,
+    after_gradient_based_update_below_dqn,
+    cyclic_iterator_settings,
+    forward_train,
+    has_sequence_slices,
+)
+
 
 def polyak_average_tensors(mains: list[torch.Tensor], targets: list[torch.Tensor], tau: float) -> None:
     """``target = tau * main + (1 - tau) * target`` for each pair of floating-point tensors (a main
@@ -89,7 +96,7 @@ def _target_tensors(module: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]
     return mains, targets
 
 
-class _BatchedStepMixin:
+class _BatchedStepMixin(LearnerInternals):
     """Fused Adams and one finiteness check, for RLlib's torch learners (see the module docstring)."""
 
     fused_adam = True
@@ -97,10 +104,6 @@ class _BatchedStepMixin:
     config: Any
     metrics: Any
     module: Any
-    _params: dict[Any, torch.Tensor]
-    _module_optimizers: dict[str, list[str]]
-    _grad_scalers: Any
-    _lr_scheduler_classes: Any
 
     def register_optimizer(self, *, optimizer: torch.optim.Optimizer, **kwargs: Any) -> None:
         # RLlib builds these learners' optimizers as plain Adams: the same Adam with torch's fused
@@ -113,12 +116,12 @@ class _BatchedStepMixin:
             )
         super().register_optimizer(optimizer=optimizer, **kwargs)  # type: ignore[misc]
 
-    def _uncompiled_update(self, batch: dict[Any, Any], **kwargs: Any) -> Any:
-        # TorchLearner's (RLlib 2.60), with each module's _forward_train called directly: the
+    def update_step(self, batch: dict[Any, Any], **kwargs: Any) -> Any:
+        # TorchLearner's (RLlib 2.60), with each module's training pass called directly: the
         # module's forward_train switches it to train mode on every call, a walk over all layers.
         if self.config.num_learners > 1:  # DDP's no_sync context: RLlib's path
-            return super()._uncompiled_update(batch, **kwargs)  # type: ignore[misc]
-        self._compute_off_policyness(batch)  # type: ignore[attr-defined]
+            return super().update_step(batch, **kwargs)
+        self.compute_off_policyness(batch)
         fwd_out = {}
         for module_id, module_batch in batch.items():
             if module_id not in self.module:
@@ -126,13 +129,13 @@ class _BatchedStepMixin:
             module = self.module[module_id]
             if not module.training:
                 module.train()
-            fwd_out[module_id] = module._forward_train(module_batch)
+            fwd_out[module_id] = forward_train(module, module_batch)
         loss_per_module = self.compute_losses(fwd_out=fwd_out, batch=batch)  # type: ignore[attr-defined]
         gradients = self.compute_gradients(loss_per_module)  # type: ignore[attr-defined]
         self.apply_gradients(self.postprocess_gradients(gradients))  # type: ignore[attr-defined]
         return fwd_out, loss_per_module, {}
 
-    def _get_clip_function(self) -> Any:
+    def clip_function(self) -> Any:
         # RLlib asks for it once per optimizer per step; what the clips saw is this step's.
         return functools.partial(clip_gradients, seen=self.__dict__.setdefault("_clipped", []))
 
@@ -146,16 +149,16 @@ class _BatchedStepMixin:
     def apply_gradients(self, gradients_dict: dict[Any, torch.Tensor]) -> None:
         gradients = list(gradients_dict.values())
         seen = self.__dict__.pop("_clipped", [])  # this step's clips; the next step's start afresh
-        special = self._grad_scalers is not None or self._lr_scheduler_classes is not None
+        special = self.uses_grad_scaler_or_torch_lr_scheduler()
         if special or not gradients or any(g is None for g in gradients):
             return super().apply_gradients(gradients_dict)  # type: ignore[misc]
         if not self._finite_by_clipping(seen, len(gradients)) and not all_finite(gradients):
             return super().apply_gradients(gradients_dict)  # type: ignore[misc]
         for pid, gradient in gradients_dict.items():
-            param = self._params[pid]
+            param = self.params_by_id[pid]
             if param.grad is not gradient:  # mostly it is: clipping scales .grad in place
                 param.grad = gradient
-        for module_id, optimizer_names in self._module_optimizers.items():
+        for module_id, optimizer_names in self.optimizer_names_by_module.items():
             for optimizer_name in optimizer_names:
                 self.get_optimizer(module_id, optimizer_name).step()  # type: ignore[attr-defined]
         return None
@@ -176,20 +179,11 @@ class _OffPolicyMixin(_BatchedStepMixin):
     a lean update for one replayed minibatch in the algorithm's own process."""
 
     last_update_ts_by_mid: Any
-    _device: Any
-    _weights_seq_no: int
-    _optimizer_lr_schedules: dict[Any, Any]
-    _named_optimizers: dict[str, torch.optim.Optimizer]
-    _get_optimizer_lr: Any
-    _set_optimizer_lr: Any
-    _metrics_learner_inner_update: Any
-    _metrics_all_modules_num_env_steps_trained: Any
-    _metrics_all_modules_num_module_steps_trained: Any
     TOTAL_LOSS_KEY: str
 
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         # DQNLearner's (RLlib 2.60) with polyak_average_tensors for its update_target_network.
-        super(DQNLearner, self).after_gradient_based_update(timesteps=timesteps)  # type: ignore[misc]
+        after_gradient_based_update_below_dqn(self, timesteps)
         for module_id, timestep in self._average_targets(timesteps):
             self.metrics.log_value((module_id, NUM_TARGET_UPDATES), 1, reduce="lifetime_sum")
             self.metrics.log_value((module_id, LAST_TARGET_UPDATE_TS), timestep, reduce="max")
@@ -199,7 +193,7 @@ class _OffPolicyMixin(_BatchedStepMixin):
         (module, timestep) of those it moved."""
         timestep = timesteps.get(NUM_ENV_STEPS_SAMPLED_LIFETIME, 0)
         moved = []
-        for module_id, module in self.module._rl_modules.items():
+        for module_id, module in self.module.items():
             config = self.config.get_config_for_module(module_id)
             unwrapped = module.unwrapped()
             if timestep - self.last_update_ts_by_mid[module_id] < config.target_network_update_freq:
@@ -227,8 +221,7 @@ class _OffPolicyMixin(_BatchedStepMixin):
             return "several learners or modules"
         if self.config.policies_to_train is not None:
             return "policies_to_train (RLlib's update decides per batch which modules learn)"
-        scheduled = any(schedule.use_schedule for schedule in self._optimizer_lr_schedules.values())
-        if scheduled or self._lr_scheduler_classes is not None:
+        if self.uses_lr_schedule():
             return "a learning-rate schedule (its rate logged at every update)"
         return None
 
@@ -243,21 +236,20 @@ class _OffPolicyMixin(_BatchedStepMixin):
         totals = self.__dict__.setdefault("_totals", _UpdateTotals())
         if totals.updates and rows != totals.rows:
             raise ValueError(f"a lean update of {rows} rows after {totals.rows}: one size per training step")
-        self._weights_seq_no += 1
+        self.learner_weights_seq_no += 1
         # convert_to_torch_tensor's conversion: float64 columns become float32.
         tensors = {}
         for name, column in columns.items():
             tensor = torch.from_numpy(column)
             if tensor.is_floating_point() and tensor.dtype != torch.float16:
                 tensor = tensor.float()
-            tensors[name] = tensor.to(self._device)
-        with TimerAndPrometheusLogger(self._metrics_learner_inner_update):
-            _, losses, _ = self._update({module_id: SampleBatch(tensors)})  # type: ignore[attr-defined]
+            tensors[name] = tensor.to(self.learner_device)
+        with TimerAndPrometheusLogger(self.inner_update_timer):
+            _, losses, _ = self.gradient_update({module_id: SampleBatch(tensors)})
         totals.updates, totals.rows, totals.losses = totals.updates + 1, rows, losses
         # Learner.after_gradient_based_update's rates: each optimizer's set from its (unscheduled)
         # rate again, as after a restored optimizer state that had another.
-        for optimizer, schedule in self._optimizer_lr_schedules.items():
-            self._set_optimizer_lr(optimizer, lr=schedule.get_current_value())
+        self.reset_scheduled_rates()
         for moved_id, timestep in self._average_targets(timesteps):
             count, last = totals.target_updates.get(moved_id, (0, timestep))
             totals.target_updates[moved_id] = (count + 1, max(last, timestep))
@@ -270,19 +262,18 @@ class _OffPolicyMixin(_BatchedStepMixin):
         (module_id,) = self.module.keys()
         steps = totals.updates * totals.rows
         if steps > 0:  # Prometheus counters take positive increments only
-            self._metrics_all_modules_num_env_steps_trained.inc(value=steps)
-            self._metrics_all_modules_num_module_steps_trained.inc(value=steps)
+            self.count_steps_trained(steps, steps)
         log_steps_trained(
-            self.metrics, module_id, self._weights_seq_no, totals.updates, totals.rows, totals.rows
+            self.metrics, module_id, self.learner_weights_seq_no, totals.updates, totals.rows, totals.rows
         )
         for loss_id, loss in totals.losses.items():
             self.metrics.log_value(key=(loss_id, self.TOTAL_LOSS_KEY), value=loss, window=1)
         # Learner.after_gradient_based_update's learning rates, one per update: constant without a
         # schedule, so their mean, computed as RLlib's reduce computes it (the nanmean of N copies
         # can differ from the rate in the last bit).
-        for optimizer_module, optimizer_names in self._module_optimizers.items():
+        for optimizer_module, optimizer_names in self.optimizer_names_by_module.items():
             for optimizer_name in optimizer_names:
-                rate = self._get_optimizer_lr(self._named_optimizers[optimizer_name])
+                rate = self.optimizer_rate(optimizer_name)
                 self.metrics.log_value(
                     key=(optimizer_module, f"{optimizer_name[len(optimizer_module) + 1 :]}_{LR_KEY}"),
                     reduce="mean",
@@ -366,8 +357,8 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
 
     _minibatches: ColumnMinibatches | None = None
 
-    def _create_iterator_if_necessary(self, **kwargs: Any) -> Any:
-        iterator = super()._create_iterator_if_necessary(**kwargs)
+    def minibatch_iterator(self, **kwargs: Any) -> Any:
+        iterator = super().minibatch_iterator(**kwargs)
         self._minibatches = None
         if type(iterator) is MiniBatchCyclicIterator and ColumnMinibatches.refusal(iterator) is None:
             iterator = self._minibatches = ColumnMinibatches(iterator)
@@ -376,37 +367,35 @@ class BatchedStepPPOLearner(_BatchedStepMixin, PPOTorchLearner):
     def _logs_this_minibatch(self) -> bool:
         return self._minibatches is None or self._minibatches.last
 
-    def _compute_off_policyness(self, batch: Any) -> None:
+    def compute_off_policyness(self, batch: Any) -> None:
         if self._logs_this_minibatch():
-            super()._compute_off_policyness(batch)
+            super().compute_off_policyness(batch)
 
-    def _log_metrics(self, batch: MultiAgentBatch) -> None:
+    def log_minibatch_counters(self, batch: MultiAgentBatch) -> None:
         # RLlib's Prometheus step counters, incremented by the update's totals once.
         minibatches = self._minibatches
         if minibatches is None:
-            return super()._log_metrics(batch)
+            return super().log_minibatch_counters(batch)
         if minibatches.last:
             count = minibatches.count
-            self._metrics_all_modules_num_env_steps_trained.inc(value=count * batch.env_steps())
-            self._metrics_all_modules_num_module_steps_trained.inc(
-                value=count * sum(len(b) for b in batch.policy_batches.values())
-            )
+            module_steps = sum(len(b) for b in batch.policy_batches.values())
+            self.count_steps_trained(count * batch.env_steps(), count * module_steps)
         return None
 
-    def _log_steps_trained_metrics(self, batch: MultiAgentBatch) -> None:
+    def log_minibatch_steps(self, batch: MultiAgentBatch) -> None:
         # RLlib's (2.60) seven step counts per minibatch, logged once per update: ColumnMinibatches'
         # minibatches are all one size, so the sums are count x size, the size's mean is the size
         # and the throughputs (computed at each reduce) are the same.
         minibatches = self._minibatches
         if minibatches is None:
-            return super()._log_steps_trained_metrics(batch)
+            return super().log_minibatch_steps(batch)
         if not minibatches.last:
             return None
         ((module_id, module_batch),) = batch.policy_batches.items()
         log_steps_trained(
             self.metrics,
             module_id,
-            self._weights_seq_no,
+            self.learner_weights_seq_no,
             minibatches.count,
             len(module_batch),
             batch.env_steps(),
@@ -506,30 +495,29 @@ class ColumnMinibatches:
     ``concat_samples`` (profiled: ~0.7 ms of each ~3.9 ms ppo_cartpole minibatch update).
     tests/test_learners.py holds the two to bit-equal updates."""
 
-    # What RLlib 2.60's iterator keeps of its arguments.
-    KNOWN = ("_batch", "_minibatch_size", "_num_epochs", "_shuffle_batch_per_epoch", "_num_total_minibatches")
-
     def __init__(self, cyclic: MiniBatchCyclicIterator) -> None:
-        ((self._module_id, module_batch),) = cyclic._batch.policy_batches.items()
+        settings = cast(dict[str, Any], cyclic_iterator_settings(cyclic))
+        ((self._module_id, module_batch),) = settings["batch"].policy_batches.items()
         self._columns: dict[str, torch.Tensor] = dict(module_batch)
-        self._env_steps = len(cyclic._batch)
-        self._minibatch_size = cyclic._minibatch_size
-        self._num_epochs = cyclic._num_epochs
-        self._shuffle = cyclic._shuffle_batch_per_epoch
+        self._env_steps = len(settings["batch"])
+        self._minibatch_size = settings["minibatch_size"]
+        self._num_epochs = settings["num_epochs"]
+        self._shuffle = settings["shuffle_batch_per_epoch"]
         self.last = False  # whether the minibatch last yielded is the update's final one
         self.count = 0  # minibatches yielded, all of ``minibatch_size`` rows
 
     @staticmethod
     def refusal(cyclic: MiniBatchCyclicIterator) -> str | None:
         """Why the cyclic iterator's batch is not one this cuts alike, or None."""
-        if not all(hasattr(cyclic, name) for name in ColumnMinibatches.KNOWN):
+        settings = cyclic_iterator_settings(cyclic)
+        if settings is None:
             return "a MiniBatchCyclicIterator of another Ray"
-        batches = cyclic._batch.policy_batches
-        if len(batches) != 1 or cyclic._num_total_minibatches:
+        batches = settings["batch"].policy_batches
+        if len(batches) != 1 or settings["num_total_minibatches"]:
             return "several modules, or a fixed number of minibatches"
         (module_batch,) = batches.values()
         if (
-            module_batch._slice_seq_lens_in_B
+            has_sequence_slices(module_batch)
             or Columns.SEQ_LENS in module_batch
             or Columns.INFOS in module_batch
         ):
@@ -582,13 +570,12 @@ class BatchedStepSACLearner(_OffPolicyMixin, SACTorchLearner):  # type: ignore[m
     """
 
     def compute_gradients(self, loss_per_module: Any, **kwargs: Any) -> Any:
-        if self._grad_scalers is not None or self.config.num_learners > 1:
+        if self.uses_grad_scaler() or self.config.num_learners > 1:
             return super().compute_gradients(loss_per_module, **kwargs)
-        self._temp_losses.clear()  # the per-optimizer losses RLlib's compute_gradients would pop
-        for optimizer in self._optimizer_parameters:
-            optimizer.zero_grad(set_to_none=True)
+        self.forget_per_optimizer_losses()  # those RLlib's compute_gradients would pop
+        self.zero_all_gradients()
         cast(torch.Tensor, sum(loss_per_module.values())).backward()
-        return {pid: param.grad for pid, param in self._params.items()}
+        return {pid: param.grad for pid, param in self.params_by_id.items()}
 
 
 # The learner class of each algorithm whose registry entry names the "learner" part.
