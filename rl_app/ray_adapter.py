@@ -1,12 +1,14 @@
-"""Every private Ray name rl_app uses, in one file: an upgrade of Ray means reading this one.
+"""Every private name of Ray's core and Tune that rl_app uses, in one file (RLlib's are in
+rl_app/rllib/accel/adapter.py): an upgrade of Ray means reading these two.
 
 Each name is looked up when first asked for; a name this Ray lacks makes its caller fall back to
-Ray's public path (said where it matters), never a crash.
+Ray's public path (said where it matters), never a crash. This module imports no RLlib.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 def enable_token_auth(token: str) -> None:
@@ -66,3 +68,24 @@ def probe_gcs(address: str, token: str | None, timeout_s: float) -> str:
         return "silent"
     lines = result.stdout.split()
     return lines[-1] if lines and lines[-1] in ("ok", "refused", "unknown") else "silent"
+
+
+def init_local_ray(system_config: dict[str, Any], **kwargs: Any) -> None:
+    """``ray.init(**kwargs)`` of a local Ray with RayConfig entries (``_system_config``, which Ray
+    keeps for tests; rl_app sets worker prestarting and the kept task events through it)."""
+    import ray
+
+    ray.init(_system_config=system_config, **kwargs)
+
+
+def autoscaler_monitor_script() -> str:
+    """The script of the autoscaler monitor a local ``ray.init`` starts as its child."""
+    import ray
+
+    return os.path.join(os.path.dirname(ray.__file__), "autoscaler", "_private", "monitor.py")
+
+
+def training_result(like: Any, checkpoint: Any, metrics: dict[str, Any]) -> Any:
+    """A restore target of Tune's own type (``ray.train._internal.session._TrainingResult``, which
+    Tune hands ``Trainable.restore``) for another checkpoint and metrics."""
+    return type(like)(checkpoint=checkpoint, metrics=metrics)

@@ -223,3 +223,50 @@ def test_private_rllib_names_outside_rllib_are_none() -> None:
         if "ray.rllib" in text:
             offenders.append(relative)
     assert offenders == []
+
+
+ADAPTERS = ("rllib/accel/adapter.py", "ray_adapter.py")
+
+
+def private_names_outside_the_adapters() -> list[str]:
+    """Every use of a private Ray or RLlib name (an attribute starting with one underscore that
+    rl_app does not define itself, an underscored keyword argument or import from Ray) in rl_app
+    outside its two adapter modules, as ``file:line name``."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "rl_app"
+    trees = {p.relative_to(package).as_posix(): ast.parse(p.read_text()) for p in package.rglob("*.py")}
+    own: set[str] = set()
+    for relative, tree in trees.items():
+        if relative in ADAPTERS:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                own.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                if isinstance(node.value, ast.Name) and node.value.id == "self":
+                    own.add(node.attr)
+    found = []
+    for relative, tree in trees.items():
+        if relative in ADAPTERS:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                library = isinstance(node.value, ast.Name) and node.value.id in ("torch", "os", "np")
+                if not library and node.attr not in own:
+                    found.append(f"{relative}:{node.lineno} {node.attr}")
+            elif isinstance(node, ast.keyword) and node.arg and node.arg.startswith("_"):
+                found.append(f"{relative}:{node.value.lineno} {node.arg}=")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ray"):
+                names = [a.name for a in node.names if a.name.startswith("_")]
+                if "._" in (node.module or "") or names:
+                    found.append(f"{relative}:{node.lineno} from {node.module} import {names}")
+    return sorted(found)
+
+
+def test_no_private_ray_or_rllib_name_is_used_outside_the_two_adapters() -> None:
+    """An upgrade of Ray is read in rl_app/rllib/accel/adapter.py (RLlib's insides) and
+    rl_app/ray_adapter.py (Ray core's and Tune's): nowhere else reaches a private name."""
+    assert private_names_outside_the_adapters() == []

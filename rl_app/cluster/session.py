@@ -162,12 +162,14 @@ def _start_or_connect(address: str | None, verbose: bool, token_file: str | None
         return
     # GPUs are left to Ray's own detection (torch is still importing); the count ray_session
     # reports is capped at what torch can use.
-    ray.init(
+    from rl_app.ray_adapter import init_local_ray
+
+    init_local_ray(
+        LOCAL_SYSTEM_CONFIG | _task_events_cap(),
         num_cpus=local_cpu_count(),
         include_dashboard=False,
         log_to_driver=verbose,
         logging_level=logging_level,
-        _system_config=LOCAL_SYSTEM_CONFIG | _task_events_cap(),
     )
 
 
@@ -213,9 +215,10 @@ def _autoscaler_monitors() -> list[Any]:
     """The autoscaler monitor(s) among this process's children: Ray starts it as
     ``python -u <ray>/autoscaler/_private/monitor.py ...``."""
     import psutil
-    import ray
 
-    script = os.path.join(os.path.dirname(ray.__file__), "autoscaler", "_private", "monitor.py")
+    from rl_app.ray_adapter import autoscaler_monitor_script
+
+    script = autoscaler_monitor_script()
     found = []
     for child in psutil.Process().children():
         try:

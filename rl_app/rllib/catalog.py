@@ -26,16 +26,19 @@ from typing import Any
 import gymnasium as gym
 import torch
 from ray.rllib.algorithms.ppo.ppo_catalog import PPOCatalog
-from ray.rllib.algorithms.sac.sac_catalog import SACCatalog
 from ray.rllib.algorithms.sac.sac_learner import ACTION_DIST_INPUTS_NEXT, QF_PREDS, QF_TWIN_PREDS
-from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.distribution.torch.torch_distribution import TorchSquashedGaussian
 from ray.rllib.core.models.base import ENCODER_OUT
 from ray.rllib.core.models.configs import CNNEncoderConfig, MLPEncoderConfig, MLPHeadConfig
-from ray.rllib.core.models.torch.encoder import TorchMLPEncoder
 from ray.rllib.core.models.torch.heads import TorchMLPHead
 
+from rl_app.rllib.accel.adapter import (
+    MLPEncoderInternals,
+    SACCatalogInternals,
+    SACModuleInternals,
+    encoder_config_of,
+)
 from rl_app.rllib.accel.draws import draw_squashed_gaussian
 from rl_app.rllib.distributions import SquashedGaussian
 
@@ -66,7 +69,7 @@ class OrthoInitPPOCatalog(PPOCatalog):
 
     def __init__(self, observation_space: Any, action_space: Any, model_config_dict: dict) -> None:
         super().__init__(observation_space, action_space, model_config_dict)
-        _orthogonal(self._encoder_config, HIDDEN_GAIN)  # the actor-critic encoder is built from it
+        _orthogonal(encoder_config_of(self), HIDDEN_GAIN)  # the actor-critic encoder is built from it
         _orthogonal(self.vf_head_config, VALUE_OUTPUT_GAIN)
 
     def build_pi_head(self, framework: str) -> Any:
@@ -76,22 +79,22 @@ class OrthoInitPPOCatalog(PPOCatalog):
         return config.build(framework=framework)
 
 
-class TorchObservationActionEncoder(TorchMLPEncoder):
+class TorchObservationActionEncoder(MLPEncoderInternals):
     """An MLP encoder over the observation and the action concatenated: SAC's critic encoder."""
 
-    def _forward(self, inputs: dict, **kwargs: Any) -> dict:  # type: ignore[override]  # RLlib's bases disagree
+    def encode(self, inputs: dict, **kwargs: Any) -> dict:
         joined = torch.cat([inputs[Columns.OBS], inputs[Columns.ACTIONS]], dim=-1)
-        return super()._forward({Columns.OBS: joined}, **kwargs)
+        return super().encode({Columns.OBS: joined}, **kwargs)
 
 
-class ConcatCriticSACCatalog(SACCatalog):
+class ConcatCriticSACCatalog(SACCatalogInternals):
     """:class:`SACCatalog` whose continuous-action critics are one MLP over observation and action
     (see the module docstring); the actor is RLlib's."""
 
-    def _build_qf_encoder_continuous(self, framework: str) -> Any:
+    def build_critic_encoder(self, framework: str) -> Any:
         if not is_concat_critic_eligible(self.observation_space, self.action_space):
-            return super()._build_qf_encoder_continuous(framework)
-        observation_encoder: Any = self._encoder_config  # an MLP's, for a flat Box observation
+            return super().build_critic_encoder(framework)
+        observation_encoder: Any = encoder_config_of(self)  # an MLP's, for a flat Box observation
         action_space: Any = self.action_space
         joined = observation_encoder.input_dims[0] + action_space.shape[0]
         return TorchObservationActionEncoder(dataclasses.replace(observation_encoder, input_dims=[joined]))
@@ -107,7 +110,7 @@ def is_concat_critic_eligible(observation_space: Any, action_space: Any) -> bool
     )
 
 
-class TanhModeSACTorchRLModule(DefaultSACTorchRLModule):
+class TanhModeSACTorchRLModule(SACModuleInternals):
     """RLlib's SAC module whose inference distribution's deterministic action is tanh(mean)
     (:class:`SquashedGaussian`), so RLlib's evaluation runners, its action connector and our runner
     all act with it; exploration and training keep RLlib's own distribution class."""
@@ -135,7 +138,7 @@ class ConcatCriticSACTorchRLModule(TanhModeSACTorchRLModule):
 
     lean = True  # off: RLlib's own training pass over the same critics (acceleration off)
 
-    def _forward_train_continuous(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def train_pass_continuous(self, batch: dict[str, Any]) -> dict[str, Any]:
         critics = [(self.qf_encoder, self.qf)]
         targets = [(self.target_qf_encoder, self.target_qf)]
         if self.twin_q:
@@ -147,7 +150,7 @@ class ConcatCriticSACTorchRLModule(TanhModeSACTorchRLModule):
             and all(_plain_critic(encoder, head) for encoder, head in critics + targets)
         )
         if not plain:
-            return super()._forward_train_continuous(batch)
+            return super().train_pass_continuous(batch)
         obs, next_obs = batch[Columns.OBS], batch[Columns.NEXT_OBS]
         output: dict[str, Any] = {}
         action_logits = self.pi(self.pi_encoder({Columns.OBS: obs})[ENCODER_OUT])

@@ -59,7 +59,9 @@ def fallback_checkpoint(result: Any) -> Any:
     before = [entry for entry in complete if entry[0] <= recorded]
     iteration, folder = max(before) if before else min(complete)
     checkpoint = tune.Checkpoint(path=folder, filesystem=fs)
-    return type(result)(checkpoint=checkpoint, metrics={**result.metrics, "training_iteration": iteration})
+    from rl_app.ray_adapter import training_result
+
+    return training_result(result, checkpoint, {**result.metrics, "training_iteration": iteration})
 
 
 class ExperimentTrial(tune.Trainable):

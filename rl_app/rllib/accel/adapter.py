@@ -14,7 +14,18 @@ from __future__ import annotations
 
 import functools
 import inspect
+import uuid
 from typing import Any, cast
+
+import numpy as np
+from ray.rllib.algorithms.sac.sac_catalog import SACCatalog
+from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.core.models.torch.encoder import TorchMLPEncoder
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
+from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
 
 # (module, class): the private methods rl_app overrides or calls, with the parameters it relies on.
 PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
@@ -150,20 +161,20 @@ def adapter_problem() -> str | None:
             cls = _resolve(module, name)
         except (ImportError, AttributeError):
             return f"{module}.{name} is gone"
-        for method, parameters in methods.items():
+        for method, expected in methods.items():
             found = getattr(cls, method, None)
             if found is None:
                 return f"{name}.{method} is gone"
             # Ray adds a _ray_trace_ctx parameter to the methods of a class it made an actor of.
             taken = tuple(p for p in inspect.signature(found).parameters if p != "_ray_trace_ctx")
-            if parameters and taken != parameters:
+            if expected and taken != expected:
                 return f"{name}.{method} takes {taken} now"
-    for (module, name), methods in NOT_OVERRIDDEN.items():
+    for (module, name), inherited in NOT_OVERRIDDEN.items():
         try:
             cls = _resolve(module, name)
         except (ImportError, AttributeError):
             return f"{module}.{name} is gone"
-        for method in methods:
+        for method in inherited:
             if method in vars(cls):
                 return f"{name} has its own {method} now"
     for (module, qualname), keywords in PRIVATE_KEYWORDS.items():
@@ -179,13 +190,6 @@ def adapter_problem() -> str | None:
 
 # ---------------------------------------------------------------------------------------------
 # Env runners: RLlib 2.60's SingleAgentEnvRunner, its episodes and lookback buffers.
-
-import uuid  # noqa: E402  (the names below are the adapter's contents; the checks come first)
-
-import numpy as np  # noqa: E402
-from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner  # noqa: E402
-from ray.rllib.env.single_agent_episode import SingleAgentEpisode  # noqa: E402
-from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer  # noqa: E402
 
 
 class EnvRunnerInternals(SingleAgentEnvRunner):
@@ -447,8 +451,6 @@ def _buffer(fields: dict[str, Any], data: Any) -> InfiniteLookbackBuffer:
 # ---------------------------------------------------------------------------------------------
 # Learners: RLlib 2.60's Learner and TorchLearner, its minibatch iterator.
 
-from ray.rllib.core.learner.torch.torch_learner import TorchLearner  # noqa: E402
-
 
 class LearnerInternals:
     """Mixed in before one of RLlib's torch learner classes: the private hooks RLlib calls forward
@@ -589,3 +591,77 @@ def cyclic_iterator_settings(cyclic: Any) -> dict[str, Any] | None:
 
 def has_sequence_slices(sample_batch: Any) -> bool:
     return bool(sample_batch._slice_seq_lens_in_B)
+
+
+def weights_seq_no_of(learner_or_runner: Any) -> int:
+    """The weights' sequence number a learner or env runner keeps (RLlib's ``_weights_seq_no``)."""
+    return int(learner_or_runner._weights_seq_no)
+
+
+def set_weights_seq_no(runner: Any, value: int) -> None:
+    """What RLlib's ``set_state`` does with the sequence number of the weights it loads."""
+    runner._weights_seq_no = value
+
+
+# ---------------------------------------------------------------------------------------------
+# Training steps and replay: RLlib 2.60's private keywords and buffer state.
+
+
+# The key of the largest priority in the state of RLlib's PrioritizedEpisodeReplayBuffer.
+RLLIB_BUFFER_MAX_PRIORITY = "_max_priority"
+
+
+def sample_from_runners(env_runner_group: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:
+    """``synchronous_parallel_sample`` as RLlib's own training steps call it on the new API stack:
+    (episodes, the runners' metrics)."""
+    return cast(
+        tuple[list[Any], list[Any]],
+        synchronous_parallel_sample(
+            worker_set=env_runner_group, _uses_new_env_runners=True, _return_metrics=True, **kwargs
+        ),
+    )
+
+
+def update_without_reducing_metrics(learner: Any, **kwargs: Any) -> Any:
+    """``Learner.update`` leaving its metrics unreduced, for a caller that reduces once at the end."""
+    return learner.update(_no_metrics_reduce=True, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models: RLlib 2.60's SAC module and catalog, its MLP encoder, catalogs' encoder config.
+
+
+class SACModuleInternals(DefaultSACTorchRLModule):
+    """RLlib's SAC module whose continuous-action training pass RLlib calls through
+    :meth:`train_pass_continuous` (not overridden: RLlib's)."""
+
+    def _forward_train_continuous(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return self.train_pass_continuous(batch)
+
+    def train_pass_continuous(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return super()._forward_train_continuous(batch)
+
+
+class SACCatalogInternals(SACCatalog):
+    """RLlib's SAC catalog whose continuous critic encoder comes from :meth:`build_critic_encoder`."""
+
+    def _build_qf_encoder_continuous(self, framework: str) -> Any:
+        return self.build_critic_encoder(framework)
+
+    def build_critic_encoder(self, framework: str) -> Any:
+        return super()._build_qf_encoder_continuous(framework)
+
+
+class MLPEncoderInternals(TorchMLPEncoder):
+    """RLlib's torch MLP encoder whose forward pass is :meth:`encode`."""
+
+    def _forward(self, inputs: dict, **kwargs: Any) -> dict:  # type: ignore[override]
+        return self.encode(inputs, **kwargs)
+
+    def encode(self, inputs: dict, **kwargs: Any) -> dict:
+        return super()._forward(inputs, **kwargs)
+
+
+def encoder_config_of(catalog: Any) -> Any:
+    """The encoder config a catalog builds its encoder(s) from (RLlib's ``_encoder_config``)."""
+    return catalog._encoder_config

@@ -14,12 +14,11 @@ would (the episodes it samples next carry it, and the learner's off-policyness s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
 from ray.rllib.algorithms.ppo.ppo import PPO
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
 from ray.rllib.utils.metrics import (
     ALL_MODULES,
     ENV_RUNNER_RESULTS,
@@ -31,6 +30,8 @@ from ray.rllib.utils.metrics import (
     SYNCH_WORKER_WEIGHTS_TIMER,
     TIMERS,
 )
+
+from rl_app.rllib.accel.adapter import sample_from_runners, set_weights_seq_no, weights_seq_no_of
 
 
 def matching_weights(
@@ -56,8 +57,9 @@ def in_place_sync(runner: Any, learner: Any) -> Callable[[], None] | None:
     def sync() -> None:
         with torch.no_grad():
             torch._foreach_copy_(runner_weights, learner_weights)
-        if learner._weights_seq_no > 0:  # RLlib's set_state: a sequence number of 0 is not kept
-            runner._weights_seq_no = learner._weights_seq_no
+        seq_no = weights_seq_no_of(learner)
+        if seq_no > 0:  # RLlib's set_state: a sequence number of 0 is not kept
+            set_weights_seq_no(runner, seq_no)
 
     return sync
 
@@ -92,12 +94,10 @@ class DriverPPO(PPO):
         config: Any = self.config
         by_agent_steps = config.count_steps_by == "agent_steps"
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
-            episodes, env_runner_results = cast(Any, synchronous_parallel_sample)(
-                worker_set=self.env_runner_group,
+            episodes, env_runner_results = sample_from_runners(
+                self.env_runner_group,
                 **{("max_agent_steps" if by_agent_steps else "max_env_steps"): config.total_train_batch_size},
                 sample_timeout_s=config.sample_timeout_s,
-                _uses_new_env_runners=True,
-                _return_metrics=True,
             )
             if not episodes:
                 return None

@@ -23,7 +23,7 @@ extension point for a custom ``training_step``.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +31,6 @@ from ray.rllib.algorithms.dqn.dqn import DQN, calculate_rr_weights
 from ray.rllib.algorithms.sac.sac import SAC
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
-from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
@@ -49,6 +48,11 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from rl_app.rllib.accel.adapter import (
+    RLLIB_BUFFER_MAX_PRIORITY,
+    sample_from_runners,
+    update_without_reducing_metrics,
+)
 from rl_app.rllib.accel.driver import in_place_sync
 from rl_app.rllib.accel.runner import Transitions
 
@@ -354,7 +358,7 @@ class ArrayPrioritizedEpisodeReplayBuffer:
         if "episodes" not in state:
             raise ValueError("neither rl_app's nor RLlib's replay buffer state")
         self._clear()
-        self._max_priority = float(state.get("_max_priority", 1.0))
+        self._max_priority = float(state.get(RLLIB_BUFFER_MAX_PRIORITY, 1.0))
         self.add([SingleAgentEpisode.from_state(episode) for episode in state["episodes"]])
 
 
@@ -414,12 +418,12 @@ class _ArrayReplayTrainingStep:
             if lean and minibatch is None:
                 learner.update_from_columns(columns, timesteps)
             else:
-                learner.update(
+                update_without_reducing_metrics(
+                    learner,
                     batch=as_multi_agent_batch(columns),
                     minibatch_size=minibatch,
                     num_epochs=1,
                     timesteps=timesteps,
-                    _no_metrics_reduce=True,
                 )
             updated = True
             # Per-sample TD errors are read off (for the priorities) and not kept in the results.
@@ -447,12 +451,8 @@ class _ArrayReplayTrainingStep:
             self.metrics.aggregate([learner.metrics.reduce()], key=LEARNER_RESULTS)
 
     def _sample_from_runners(self) -> list[Any]:
-        episodes, env_runner_results = cast(Any, synchronous_parallel_sample)(
-            worker_set=self.env_runner_group,
-            concat=True,
-            sample_timeout_s=self.config.sample_timeout_s,
-            _uses_new_env_runners=True,
-            _return_metrics=True,
+        episodes, env_runner_results = sample_from_runners(
+            self.env_runner_group, concat=True, sample_timeout_s=self.config.sample_timeout_s
         )
         self.metrics.aggregate(env_runner_results, key=ENV_RUNNER_RESULTS)
         return episodes
