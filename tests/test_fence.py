@@ -5,6 +5,7 @@ function they copy is the one they were proven equal to."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import inspect
@@ -228,12 +229,14 @@ def test_private_rllib_names_outside_rllib_are_none() -> None:
 ADAPTERS = ("rllib/accel/adapter.py", "ray_adapter.py")
 
 
+def _on_self(node: Any) -> bool:
+    return isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
 def private_names_outside_the_adapters() -> list[str]:
     """Every use of a private Ray or RLlib name (an attribute starting with one underscore that
     rl_app does not define itself, an underscored keyword argument or import from Ray) in rl_app
     outside its two adapter modules, as ``file:line name``."""
-    import ast
-
     package = Path(__file__).resolve().parents[1] / "rl_app"
     trees = {p.relative_to(package).as_posix(): ast.parse(p.read_text()) for p in package.rglob("*.py")}
     own: set[str] = set()
@@ -245,15 +248,18 @@ def private_names_outside_the_adapters() -> list[str]:
                 own.add(node.name)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 own.add(node.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                if isinstance(node.value, ast.Name) and node.value.id == "self":
-                    own.add(node.attr)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _on_self(node):
+                own.add(node.attr)
     found = []
     for relative, tree in trees.items():
         if relative in ADAPTERS:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 library = isinstance(node.value, ast.Name) and node.value.id in ("torch", "os", "np")
                 if not library and node.attr not in own:
                     found.append(f"{relative}:{node.lineno} {node.attr}")
