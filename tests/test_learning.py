@@ -9,6 +9,7 @@ to machine load), more than the suite's budget allows: its proof is ``make bench
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,12 @@ def test_two_learners_train_ppo_cartpole_with_identical_weights(shipped: Path, t
     assert sorted(first) == sorted(second) and len(first) > 4
     for name, weights in first.items():
         np.testing.assert_array_equal(weights, second[name], err_msg=name)
+
+
+def test_ppo_cartpole_reaches_its_return_on_rllibs_own_classes(shipped: Path, tmp_path: Path) -> None:
+    """``acceleration: off``: RLlib's own runner, PPO and learner throughout, the same target."""
+    experiment = load_experiment("ppo_cartpole").config
+    summary = train("ppo_cartpole", ["acceleration=off"], runs_root=tmp_path)
+    metadata = json.loads((summary.run_dir / "metadata.json").read_text())
+    assert metadata["acceleration_plan"]["everything_off"] == "acceleration: off"
+    assert summary.status == "finished" and summary.best_eval_return >= experiment.stop.return_, summary

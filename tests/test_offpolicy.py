@@ -515,3 +515,50 @@ def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: No
         np.testing.assert_array_equal(values, their_buffer["columns"][column], err_msg=column)
     if name == "sac_pendulum":  # prioritized (dqn_cartpole: uniform): TD errors became priorities
         assert len(np.unique(buffer["priority"])) > 10
+
+
+@pytest.mark.parametrize("name", ["dqn_cartpole", "sac_pendulum"])
+def test_the_in_process_step_keeps_rllibs_own_training_step_schedule(ray_session: None, name: str) -> None:
+    """Against RLlib's own DQN/SAC (``acceleration: off``: its training step, episode buffer and
+    learner): over several iterations, the same env steps sampled, rows trained, target updates
+    and learner result keys. (Their replay draws come from different RNG streams, so the weights
+    part ways after the first update; the equal-draws comparison is the test above.)"""
+    from ray.rllib.utils.metrics import (
+        ENV_RUNNER_RESULTS,
+        LEARNER_RESULTS,
+        NUM_ENV_STEPS_SAMPLED_LIFETIME,
+        NUM_MODULE_STEPS_TRAINED_LIFETIME,
+        NUM_TARGET_UPDATES,
+    )
+
+    overrides = ("training.num_steps_sampled_before_learning_starts=64", "evaluation.interval=0")
+    schedules = []
+    for acceleration in ("auto", "off"):
+        config = experiment_config(name, (*overrides, f"acceleration={acceleration}"))
+        assert (config.algo_class.__module__.startswith("rl_app.")) == (acceleration == "auto")
+        algo = config.build_algo()
+        try:
+            rows = []
+            for _ in range(4):
+                result = algo.train()
+                learner = result[LEARNER_RESULTS][DEFAULT_MODULE_ID] if LEARNER_RESULTS in result else {}
+                rows.append(
+                    (
+                        result[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME],
+                        learner.get(NUM_MODULE_STEPS_TRAINED_LIFETIME),
+                        learner.get(NUM_TARGET_UPDATES),
+                        algo.local_replay_buffer.get_num_timesteps(),
+                        sorted(learner),
+                    )
+                )
+        finally:
+            algo.stop()
+        schedules.append(rows)
+    ours, theirs = schedules
+    for mine, other in zip(ours, theirs, strict=True):
+        # A call's last vector step adds up to one step per env: once the policies differ, so do
+        # the envs that reset, and the totals by a few steps.
+        assert abs(mine[0] - other[0]) <= 4 * 8, (mine[0], other[0])
+        assert mine[3] == mine[0] and other[3] == other[0]  # every sampled step stored
+        assert mine[1:3] == other[1:3] and mine[4] == other[4]  # rows trained, target updates, keys
+    assert ours[-1][1] > 0 and ours[-1][2] > 0  # it did train and move its targets

@@ -100,7 +100,10 @@ def write_run_metadata(
     argv: list[str],
     storage: str | None = None,
 ) -> None:
-    """Save the resolved config, command line, versions, git revision and seed."""
+    """Save the resolved config, command line, versions, git revision, seed, and which of rl_app's
+    faster parts run (the acceleration plan, kept out of the config)."""
+    resolved = dict(resolved)
+    acceleration_plan = resolved.pop("acceleration_plan", None)
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False))
     (run_dir / "command.txt").write_text(" ".join(argv) + "\n")
     write_json(
@@ -114,6 +117,7 @@ def write_run_metadata(
             "git_revision": git_revision(experiment_file.parent),
             "versions": package_versions(),
             "resources": resources,
+            "acceleration_plan": acceleration_plan,
             "hostname": platform.node(),
             "argv": argv,
             "started_at": datetime.now(UTC).isoformat(),
