@@ -183,7 +183,9 @@ def runner_nodes(nodes: Nodes) -> list[str]:
         return list(answer.json()["data"]["result"]["result"])
 
     address = {node["node_id"]: node["node_ip"] for node in listed("nodes")}
-    runners = listed("actors", filter_keys="class_name", filter_predicates="=", filter_values="FastEnvRunner")
+    runners = listed(
+        "actors", filter_keys="class_name", filter_predicates="=", filter_values="BatchedEnvRunner"
+    )
     return sorted(address[actor["node_id"]] for actor in runners if actor["state"] == "ALIVE")
 
 

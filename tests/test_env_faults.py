@@ -104,12 +104,12 @@ def ray_kill_runner_after(monkeypatch: pytest.MonkeyPatch) -> Callable[[list[int
     or after the first iteration following it at which a runner is up again."""
     import ray
 
-    from rl_app.training.learners import RLlibLearner
+    from rl_app.training.backends import AlgorithmBackend
 
     def arrange(iterations: list[int]) -> None:
-        original, pending = RLlibLearner.train, sorted(iterations)
+        original, pending = AlgorithmBackend.train, sorted(iterations)
 
-        def train(self: RLlibLearner, *args: Any) -> Any:
+        def train(self: AlgorithmBackend, *args: Any) -> Any:
             metrics, result = original(self, *args)
             if pending and metrics.iteration >= pending[0]:
                 handles = self.algo.env_runner_group.foreach_env_runner(
@@ -120,7 +120,7 @@ def ray_kill_runner_after(monkeypatch: pytest.MonkeyPatch) -> Callable[[list[int
                     pending.pop(0)
             return metrics, result
 
-        monkeypatch.setattr(RLlibLearner, "train", train)
+        monkeypatch.setattr(AlgorithmBackend, "train", train)
 
     return arrange
 
@@ -177,15 +177,15 @@ def test_a_killed_evaluation_runner_is_said_at_once_and_comes_back(
     iteration that found it, evaluation goes on without the runner, and it comes back."""
     import ray
 
-    from rl_app.training.learners import RLlibLearner
+    from rl_app.training.backends import AlgorithmBackend
 
     (experiments / "evaluated.yaml").write_text(
         FAULTY.format(crash="never", after_steps=1, markers=tmp_path, runners=0)
         + "evaluation: {interval: 1, episodes: 2, num_env_runners: 1}\n"
     )
-    original, killed = RLlibLearner.train, []
+    original, killed = AlgorithmBackend.train, []
 
-    def train_then_kill(self: RLlibLearner, *args: Any) -> Any:
+    def train_then_kill(self: AlgorithmBackend, *args: Any) -> Any:
         metrics, result = original(self, *args)
         if metrics.iteration == 2 and not killed:
             (handle,) = self.algo.eval_env_runner_group.foreach_env_runner(
@@ -195,7 +195,7 @@ def test_a_killed_evaluation_runner_is_said_at_once_and_comes_back(
             killed.append(metrics.iteration)
         return metrics, result
 
-    monkeypatch.setattr(RLlibLearner, "train", train_then_kill)
+    monkeypatch.setattr(AlgorithmBackend, "train", train_then_kill)
     out = io.StringIO()
     # Ray takes seconds to start the runner again; iterations take a fraction of one.
     overrides = [*SMALL_PPO, "evaluation.interval=1", "stop.iterations=100000", "stop.time_s=40"]

@@ -24,41 +24,41 @@ from rl_app.rllib.config import algorithm_config
 # A changed hash means RLlib changed that function: re-read the copy named beside it, make it
 # equal again (its equivalence test says whether it is), then record the new hash.
 COPIED = {
-    "ray.rllib.env.single_agent_env_runner:SingleAgentEnvRunner._sample": ("rl_app.rllib.accel.runner:FastEnvRunner._sample_in_eval_mode", "92e2404f91da8a81"),
-    "ray.rllib.env.single_agent_env_runner:SingleAgentEnvRunner.sample": ("rl_app.rllib.accel.runner:FastEnvRunner.sample_transitions", "d531fe2bcf1b2e8c"),
-    "ray.rllib.env.single_agent_env_runner:SingleAgentEnvRunner.get_metrics": ("rl_app.rllib.accel.runner:FastEnvRunner.get_metrics", "6d754d2cc9c1a6f1"),
+    "ray.rllib.env.single_agent_env_runner:SingleAgentEnvRunner._sample": ("rl_app.rllib.accel.runner:BatchedEnvRunner._sample_episodes", "92e2404f91da8a81"),
+    "ray.rllib.env.single_agent_env_runner:SingleAgentEnvRunner.sample": ("rl_app.rllib.accel.runner:BatchedEnvRunner.sample_transitions", "d531fe2bcf1b2e8c"),
+    "ray.rllib.env.single_agent_env_runner:SingleAgentEnvRunner.get_metrics": ("rl_app.rllib.accel.runner:BatchedEnvRunner.get_metrics", "6d754d2cc9c1a6f1"),
     "ray.rllib.env.single_agent_env_runner:SingleAgentEnvRunner.set_state": ("rl_app.rllib.accel.driver:in_place_sync", "6baa1de4afd65d59"),
-    "ray.rllib.connectors.module_to_env.get_actions:GetActions._get_actions": ("rl_app.rllib.accel.runner:FastEnvRunner._act", "529c8961e6378bc1"),
-    "ray.rllib.connectors.module_to_env.normalize_and_clip_actions:NormalizeAndClipActions.__call__": ("rl_app.rllib.accel.runner:FastEnvRunner._actions_for_env", "bcb5287d621cb27d"),
+    "ray.rllib.connectors.module_to_env.get_actions:GetActions._get_actions": ("rl_app.rllib.accel.runner:BatchedEnvRunner._act", "529c8961e6378bc1"),
+    "ray.rllib.connectors.module_to_env.normalize_and_clip_actions:NormalizeAndClipActions.__call__": ("rl_app.rllib.accel.runner:BatchedEnvRunner._actions_for_env", "bcb5287d621cb27d"),
     "ray.rllib.utils.torch_utils:convert_to_torch_tensor": ("rl_app.rllib.accel.runner:_to_tensor", "a1e5f39aac235344"),
     "ray.rllib.utils.numpy:convert_to_numpy": ("rl_app.rllib.accel.runner:_to_numpy", "07ab34623ebd4570"),
     "ray.rllib.env.single_agent_episode:SingleAgentEpisode.__init__": ("rl_app.rllib.accel.adapter:EpisodeFactory.make", "6b1667b6d57eea23"),
-    "ray.rllib.env.single_agent_episode:SingleAgentEpisode.add_env_reset": ("rl_app.rllib.accel.runner:FastEnvRunner._episode_from_steps", "3f887f6c7a9857ab"),
-    "ray.rllib.env.single_agent_episode:SingleAgentEpisode.add_env_step": ("rl_app.rllib.accel.runner:FastEnvRunner._fill", "d7f6d0b887aacc7a"),
-    "ray.rllib.env.single_agent_episode:SingleAgentEpisode.to_numpy": ("rl_app.rllib.accel.runner:FastEnvRunner._finished", "812d4aface774e5c"),
+    "ray.rllib.env.single_agent_episode:SingleAgentEpisode.add_env_reset": ("rl_app.rllib.accel.runner:BatchedEnvRunner._episode_from_steps", "3f887f6c7a9857ab"),
+    "ray.rllib.env.single_agent_episode:SingleAgentEpisode.add_env_step": ("rl_app.rllib.accel.runner:BatchedEnvRunner._fill", "d7f6d0b887aacc7a"),
+    "ray.rllib.env.single_agent_episode:SingleAgentEpisode.to_numpy": ("rl_app.rllib.accel.runner:BatchedEnvRunner._finished", "812d4aface774e5c"),
     "ray.rllib.env.utils.infinite_lookback_buffer:InfiniteLookbackBuffer.__init__": ("rl_app.rllib.accel.adapter:_buffer", "cbebf66b205ae474"),
-    "ray.rllib.env.utils.infinite_lookback_buffer:InfiniteLookbackBuffer.finalize": ("rl_app.rllib.accel.runner:_append_rows", "89b09c37739593af"),
+    "ray.rllib.env.utils.infinite_lookback_buffer:InfiniteLookbackBuffer.finalize": ("rl_app.rllib.accel.runner:append_rows", "89b09c37739593af"),
     "ray.rllib.env.env_runner_group:EnvRunnerGroup.sync_weights": ("rl_app.rllib.accel.driver:in_place_sync", "55a70f615d3e3a50"),
     "ray.rllib.algorithms.ppo.ppo:PPO.training_step": ("rl_app.rllib.accel.driver:DriverPPO.training_step", "bb5a5ae3bfe96843"),
     "ray.rllib.algorithms.dqn.dqn:DQN._training_step_new_api_stack": ("rl_app.rllib.accel.offpolicy:_ArrayReplayTrainingStep._round", "09ec62b710932ad1"),
-    "ray.rllib.utils.replay_buffers.prioritized_episode_buffer:PrioritizedEpisodeReplayBuffer.add": ("rl_app.rllib.accel.offpolicy:ArrayPrioritizedEpisodeReplayBuffer.add", "c295138867e3072c"),
-    "ray.rllib.utils.replay_buffers.prioritized_episode_buffer:PrioritizedEpisodeReplayBuffer.sample": ("rl_app.rllib.accel.offpolicy:ArrayPrioritizedEpisodeReplayBuffer.sample_batch", "4b354d2e4a600579"),
-    "ray.rllib.utils.replay_buffers.prioritized_episode_buffer:PrioritizedEpisodeReplayBuffer.update_priorities": ("rl_app.rllib.accel.offpolicy:ArrayPrioritizedEpisodeReplayBuffer.update_priorities", "946160c981328883"),
-    "ray.rllib.utils.replay_buffers.prioritized_episode_buffer:PrioritizedEpisodeReplayBuffer.get_state": ("rl_app.rllib.accel.offpolicy:ArrayPrioritizedEpisodeReplayBuffer.set_state", "5a6f80f933f56e44"),
-    "ray.rllib.core.learner.torch.torch_learner:TorchLearner._uncompiled_update": ("rl_app.rllib.accel.learners:_BatchedStepMixin.update_step", "ecbe85f6afc95394"),
-    "ray.rllib.core.learner.torch.torch_learner:TorchLearner.apply_gradients": ("rl_app.rllib.accel.learners:_BatchedStepMixin.apply_gradients", "5613837a71ab844f"),
-    "ray.rllib.core.learner.torch.torch_learner:TorchLearner._compute_off_policyness": ("rl_app.rllib.accel.learners:BatchedStepPPOLearner.compute_off_policyness", "2a8f1a29b11842f9"),
-    "ray.rllib.core.learner.learner:Learner.update": ("rl_app.rllib.accel.learners:_OffPolicyMixin.update_from_columns", "3881ea9242770af1"),
-    "ray.rllib.core.learner.learner:Learner.after_gradient_based_update": ("rl_app.rllib.accel.learners:_OffPolicyMixin.log_update_totals", "ac03acc33b22f4f9"),
-    "ray.rllib.core.learner.learner:Learner._log_steps_trained_metrics": ("rl_app.rllib.accel.learners:log_steps_trained", "bfba01c6f757a979"),
-    "ray.rllib.core.learner.learner:Learner._log_metrics": ("rl_app.rllib.accel.learners:BatchedStepPPOLearner.log_minibatch_counters", "d28d3a5c842cb68e"),
-    "ray.rllib.core.learner.learner:Learner._create_iterator_if_necessary": ("rl_app.rllib.accel.learners:BatchedStepPPOLearner.minibatch_iterator", "9c2247a5f7cf3fc1"),
-    "ray.rllib.utils.torch_utils:clip_gradients": ("rl_app.rllib.accel.learners:clip_gradients", "b38bf6c4be5b9ebd"),
-    "ray.rllib.algorithms.dqn.dqn_learner:DQNLearner.after_gradient_based_update": ("rl_app.rllib.accel.learners:_OffPolicyMixin.after_gradient_based_update", "112cd41c8b490f39"),
-    "ray.rllib.core.learner.utils:update_target_network": ("rl_app.rllib.accel.learners:polyak_average_tensors", "e4d2a73cdd92e3bd"),
-    "ray.rllib.utils.minibatch_utils:MiniBatchCyclicIterator.__iter__": ("rl_app.rllib.accel.learners:ColumnMinibatches", "ce78a8feb5ee7e8d"),
-    "ray.rllib.algorithms.ppo.torch.ppo_torch_learner:PPOTorchLearner.compute_loss_for_module": ("rl_app.rllib.accel.learners:BatchedStepPPOLearner.compute_loss_for_module", "c94d6a6faf8906ac"),
-    "ray.rllib.algorithms.sac.torch.sac_torch_learner:SACTorchLearner.compute_gradients": ("rl_app.rllib.accel.learners:BatchedStepSACLearner.compute_gradients", "4bdcde0470e4c608"),
+    "ray.rllib.utils.replay_buffers.prioritized_episode_buffer:PrioritizedEpisodeReplayBuffer.add": ("rl_app.rllib.accel.replay_buffer:ArrayPrioritizedEpisodeReplayBuffer.add", "c295138867e3072c"),
+    "ray.rllib.utils.replay_buffers.prioritized_episode_buffer:PrioritizedEpisodeReplayBuffer.sample": ("rl_app.rllib.accel.replay_buffer:ArrayPrioritizedEpisodeReplayBuffer.sample_batch", "4b354d2e4a600579"),
+    "ray.rllib.utils.replay_buffers.prioritized_episode_buffer:PrioritizedEpisodeReplayBuffer.update_priorities": ("rl_app.rllib.accel.replay_buffer:ArrayPrioritizedEpisodeReplayBuffer.update_priorities", "946160c981328883"),
+    "ray.rllib.utils.replay_buffers.prioritized_episode_buffer:PrioritizedEpisodeReplayBuffer.get_state": ("rl_app.rllib.accel.replay_buffer:ArrayPrioritizedEpisodeReplayBuffer.set_state", "5a6f80f933f56e44"),
+    "ray.rllib.core.learner.torch.torch_learner:TorchLearner._uncompiled_update": ("rl_app.rllib.accel.gradient_step:GradientStepMixin.update_step", "ecbe85f6afc95394"),
+    "ray.rllib.core.learner.torch.torch_learner:TorchLearner.apply_gradients": ("rl_app.rllib.accel.gradient_step:GradientStepMixin.apply_gradients", "5613837a71ab844f"),
+    "ray.rllib.core.learner.torch.torch_learner:TorchLearner._compute_off_policyness": ("rl_app.rllib.accel.ppo_learner:BatchedStepPPOLearner.compute_off_policyness", "2a8f1a29b11842f9"),
+    "ray.rllib.core.learner.learner:Learner.update": ("rl_app.rllib.accel.offpolicy_learners:OffPolicyLearnerMixin.update_from_columns", "3881ea9242770af1"),
+    "ray.rllib.core.learner.learner:Learner.after_gradient_based_update": ("rl_app.rllib.accel.offpolicy_learners:OffPolicyLearnerMixin.log_update_totals", "ac03acc33b22f4f9"),
+    "ray.rllib.core.learner.learner:Learner._log_steps_trained_metrics": ("rl_app.rllib.accel.gradient_step:log_steps_trained", "bfba01c6f757a979"),
+    "ray.rllib.core.learner.learner:Learner._log_metrics": ("rl_app.rllib.accel.ppo_learner:BatchedStepPPOLearner.log_minibatch_counters", "d28d3a5c842cb68e"),
+    "ray.rllib.core.learner.learner:Learner._create_iterator_if_necessary": ("rl_app.rllib.accel.ppo_learner:BatchedStepPPOLearner.minibatch_iterator", "9c2247a5f7cf3fc1"),
+    "ray.rllib.utils.torch_utils:clip_gradients": ("rl_app.rllib.accel.gradient_step:clip_gradients", "b38bf6c4be5b9ebd"),
+    "ray.rllib.algorithms.dqn.dqn_learner:DQNLearner.after_gradient_based_update": ("rl_app.rllib.accel.offpolicy_learners:OffPolicyLearnerMixin.after_gradient_based_update", "112cd41c8b490f39"),
+    "ray.rllib.core.learner.utils:update_target_network": ("rl_app.rllib.accel.gradient_step:polyak_average_tensors", "e4d2a73cdd92e3bd"),
+    "ray.rllib.utils.minibatch_utils:MiniBatchCyclicIterator.__iter__": ("rl_app.rllib.accel.ppo_learner:ColumnMinibatches", "ce78a8feb5ee7e8d"),
+    "ray.rllib.algorithms.ppo.torch.ppo_torch_learner:PPOTorchLearner.compute_loss_for_module": ("rl_app.rllib.accel.ppo_learner:BatchedStepPPOLearner.compute_loss_for_module", "c94d6a6faf8906ac"),
+    "ray.rllib.algorithms.sac.torch.sac_torch_learner:SACTorchLearner.compute_gradients": ("rl_app.rllib.accel.offpolicy_learners:BatchedStepSACLearner.compute_gradients", "4bdcde0470e4c608"),
     "ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module:DefaultSACTorchRLModule._forward_train_continuous": ("rl_app.rllib.catalog:ConcatCriticSACTorchRLModule._forward_train_continuous", "4ad2586cf6700687"),
     "ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module:DefaultSACTorchRLModule._qf_forward_train_helper": ("rl_app.rllib.catalog:_critic", "4b957cd27db81662"),
     "ray.rllib.core.distribution.torch.torch_distribution:TorchCategorical.from_logits": ("rl_app.rllib.accel.draws:sample_categorical", "0354d7e0490f46fa"),
@@ -120,12 +120,12 @@ RLLIB_EXPERIMENTS = [
 def test_every_shipped_experiment_builds_on_rllibs_own_classes_when_acceleration_is_off(name: str) -> None:
     """``acceleration: off``: RLlib's env runner (with rl_app's env-failure limit and reseed), its
     algorithm class, learner class and module; auto: rl_app's where the plan says so."""
-    from rl_app.rllib.accel.runner import FastEnvRunner
+    from rl_app.rllib.accel.runner import BatchedEnvRunner
     from rl_app.rllib.env_runner import RLAppEnvRunner
 
     off = _config(name, "acceleration=off")
     assert issubclass(off.env_runner_cls, RLAppEnvRunner) and not issubclass(
-        off.env_runner_cls, FastEnvRunner
+        off.env_runner_cls, BatchedEnvRunner
     )
     assert off.algo_class.__module__.startswith("ray.rllib."), off.algo_class
     learner = off.learner_class or off.get_default_learner_class()
@@ -136,7 +136,7 @@ def test_every_shipped_experiment_builds_on_rllibs_own_classes_when_acceleration
     experiment = load_experiment(name).config
     plan = plan_acceleration(experiment, plan_resources(experiment, 2, 0))
     auto = _config(name)
-    assert issubclass(auto.env_runner_cls, FastEnvRunner) == plan.uses("runner")
+    assert issubclass(auto.env_runner_cls, BatchedEnvRunner) == plan.uses("runner")
     assert auto.algo_class.__module__.startswith("rl_app.") == plan.uses("training_step")
     auto_learner = auto.learner_class or auto.get_default_learner_class()
     assert auto_learner.__module__.startswith("rl_app.") == plan.uses("learner")
@@ -193,14 +193,16 @@ def test_each_capability_the_registry_declares_has_its_code() -> None:
     """Adding an algorithm is one registry entry; what it declares it can use must exist."""
     from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 
-    from rl_app.rllib.accel.learners import LEARNERS
-    from rl_app.rllib.accel.offpolicy import ARRAY_REPLAY_ALGORITHMS
+    from rl_app.rllib.accel import part_classes
     from rl_app.rllib.pixels import image_module_class
 
+    learners, training_steps = part_classes()
     for name, spec in ALGORITHMS.items():
         assert spec.accelerated <= set(PARTS), name
-        assert ("learner" in spec.accelerated) == (name in LEARNERS), name
-        assert ("replay_buffer" in spec.accelerated) == (name in ARRAY_REPLAY_ALGORITHMS), name
+        assert ("learner" in spec.accelerated) == (name in learners), name
+        assert ("training_step" in spec.accelerated) == (name in training_steps), name
+        if "replay_buffer" in spec.accelerated:  # comes with the training step that replays from it
+            assert "training_step" in spec.accelerated, name
         if spec.backend != "rllib":
             continue
         module, _, class_name = spec.rllib_config.partition(":")

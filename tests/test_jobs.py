@@ -14,7 +14,7 @@ from helpers import SMALL_PPO
 
 from rl_app.cli import main
 from rl_app.cluster.jobs import Connection, client, submit
-from rl_app.cluster.nodes import ClusterState, cluster_down, cluster_up, free_port, listening_addresses
+from rl_app.cluster.nodes import ClusterState, cluster_down, cluster_up, free_port, listeners
 
 pytestmark = pytest.mark.ray
 
@@ -28,7 +28,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
     try:
         yield state
     finally:
-        listening = set(listening_addresses(state))
+        listening = {
+            f"{where}:{port.split()[0]}" for where, ports in listeners(state).items() for port in ports
+        }
         started = time.monotonic()
         cluster_down(state_dir)
         took = time.monotonic() - started
@@ -36,7 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
 
         assert _cluster_processes(state.temp_dir, state.gcs_address) == [], "cluster down left processes"
         still = {
-            f"{c.laddr.ip}:{c.laddr.port}"
+            f"{c.laddr.ip.removeprefix('::ffff:')}:{c.laddr.port}"
             for c in psutil.net_connections("tcp")
             if c.status == psutil.CONN_LISTEN
         }
@@ -62,12 +64,12 @@ def test_cluster_listens_on_loopback_only_and_its_token_is_private(cluster: Clus
     # Ray's client server (ray://, port 10001) is the head's too, though it names only the GCS
     # address; it binds a moment after `ray start` returns.
     deadline = time.monotonic() + 30
-    addresses = listening_addresses(cluster)
-    while not any(a.endswith(":10001") for a in addresses) and time.monotonic() < deadline:
+    found = listeners(cluster)
+    while not any(p.startswith("10001 ") for ports in found.values() for p in ports):
+        assert time.monotonic() < deadline, found
         time.sleep(0.5)
-        addresses = listening_addresses(cluster)
-    assert any(a.endswith(":10001") for a in addresses), addresses
-    assert all(a.startswith(("127.0.0.1:", "::ffff:127.0.0.1:")) for a in addresses), addresses
+        found = listeners(cluster)
+    assert set(found) == {"127.0.0.1"}, found  # nothing on every interface, nothing elsewhere
     assert stat.S_IMODE(os.stat(cluster.token_file).st_mode) == 0o600
 
 

@@ -21,7 +21,8 @@ from ray.rllib.utils.torch_utils import clip_gradients as rllib_clip_gradients
 
 from rl_app.cluster.resources import plan_resources
 from rl_app.config import load_experiment
-from rl_app.rllib.accel.learners import BatchedStepPPOLearner, ColumnMinibatches, clip_gradients
+from rl_app.rllib.accel.gradient_step import clip_gradients
+from rl_app.rllib.accel.ppo_learner import BatchedStepPPOLearner, ColumnMinibatches
 from rl_app.rllib.config import algorithm_config
 from rl_app.rllib.env_runner import env_runner_class
 
@@ -76,7 +77,7 @@ def test_ppo_learner_updates_exactly_as_rllibs(
     ours, theirs = _ours_and_rllibs(config, spaces)
     assert all(optimizer.defaults["fused"] for optimizer in ours._named_optimizers.values())
     exact = config.copy(copy_frozen=False).learners(learner_class=unfused(BatchedStepPPOLearner))
-    ours_unfused = exact.build_learner(spaces=spaces)
+    ours_unfused = exact.build_backend(spaces=spaces)
     assert not any(optimizer.defaults["fused"] for optimizer in ours_unfused._named_optimizers.values())
     ours_unfused.set_state(ours.get_state())
     before = {k: t.clone() for k, t in ours.module[DEFAULT_MODULE_ID].state_dict().items()}
@@ -209,9 +210,9 @@ def test_a_clipped_step_with_non_finite_gradients_goes_rllibs_way(bad: float | N
 
 def _ours_and_rllibs(config: Any, spaces: dict[str, Any]) -> tuple[Any, Any]:
     """The learner ``config`` builds, and RLlib's PPO torch learner started from its state."""
-    ours = config.build_learner(spaces=spaces)
+    ours = config.build_backend(spaces=spaces)
     theirs = (
-        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
+        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_backend(spaces=spaces)
     )
     theirs.set_state(ours.get_state())
     return ours, theirs

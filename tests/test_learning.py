@@ -65,7 +65,7 @@ def test_two_learners_train_ppo_cartpole_with_identical_weights(shipped: Path, t
     import numpy as np
 
     from rl_app.cluster.resources import plan_resources
-    from rl_app.training.learners import prepare_learner
+    from rl_app.training.backends import prepare_backend
 
     loaded = load_experiment("ppo_cartpole", ["learners.num_learners=2"])
     plan = plan_resources(loaded.config, 2, 0)
@@ -73,7 +73,7 @@ def test_two_learners_train_ppo_cartpole_with_identical_weights(shipped: Path, t
     summary = train("ppo_cartpole", ["learners.num_learners=2"], runs_root=tmp_path)
     assert summary.status == "finished" and summary.best_eval_return >= loaded.config.stop.return_, summary
 
-    _, build = prepare_learner(loaded.config, plan, loaded.source)
+    _, build = prepare_backend(loaded.config, plan, loaded.source)
     learner = build()
     try:
         for _ in range(3):

@@ -21,11 +21,8 @@ from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 from rl_app.cluster.resources import plan_resources
 from rl_app.config import load_experiment
 from rl_app.rllib.accel import plan_acceleration
-from rl_app.rllib.accel.offpolicy import (
-    ArrayPrioritizedEpisodeReplayBuffer,
-    ArrayReplayDQN,
-    ArrayReplaySAC,
-)
+from rl_app.rllib.accel.offpolicy import ArrayReplayDQN, ArrayReplaySAC
+from rl_app.rllib.accel.replay_buffer import ArrayPrioritizedEpisodeReplayBuffer
 from rl_app.rllib.config import algorithm_config
 from rl_app.rllib.env_runner import env_runner_class
 
@@ -147,7 +144,7 @@ def test_draws_follow_the_priorities() -> None:
 
 @pytest.mark.parametrize("capacity", [1, 7, 1000, 1 << 16])
 def test_every_tree_node_is_its_childrens_sum_and_min_after_batched_and_single_sets(capacity: int) -> None:
-    from rl_app.rllib.accel.offpolicy import _SegmentTree
+    from rl_app.rllib.accel.replay_buffer import _SegmentTree
 
     rng = np.random.default_rng(capacity)
     trees = {
@@ -184,7 +181,7 @@ def test_the_train_batch_is_rllibs_learner_connector_batch(experiment: str, env_
     theirs, ours = filled_pair(chunks)
     drawn = rllib_draws(theirs, 256)
     env = gym.make(env_id)
-    learner = config.build_learner(spaces={DEFAULT_MODULE_ID: (env.observation_space, env.action_space)})
+    learner = config.build_backend(spaces={DEFAULT_MODULE_ID: (env.observation_space, env.action_space)})
     expected = learner._learner_connector(
         rl_module=learner.module, batch={}, episodes=drawn, shared_data={}, metrics=learner.metrics
     )[DEFAULT_MODULE_ID]
@@ -275,7 +272,7 @@ def test_one_learner_call_over_a_rounds_minibatches_is_those_updates_in_turn() -
     columns = buffer.sample_batch(minibatch * rounds, n_step=N_STEP, gamma=GAMMA)
     env = gym.make("CartPole-v1")
     spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
-    one_call, in_turn = config.build_learner(spaces=spaces), config.build_learner(spaces=spaces)
+    one_call, in_turn = config.build_backend(spaces=spaces), config.build_backend(spaces=spaces)
     in_turn.set_state(one_call.get_state())
     before = {name: t.clone() for name, t in one_call.module[DEFAULT_MODULE_ID].state_dict().items()}
     timesteps = {"num_env_steps_sampled_lifetime": 0}  # no target-network sync in either
@@ -326,7 +323,8 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     step with a nan gradient handed to RLlib's own handling."""
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-    from rl_app.rllib.accel.learners import BatchedStepDQNLearner, BatchedStepSACLearner, all_finite
+    from rl_app.rllib.accel.gradient_step import all_finite
+    from rl_app.rllib.accel.offpolicy_learners import BatchedStepDQNLearner, BatchedStepSACLearner
 
     assert all_finite([torch.ones(3), torch.zeros(2, 2)])
     assert not all_finite([torch.ones(3), torch.tensor([0.0, float("inf")])])
@@ -337,14 +335,14 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     buffer.add([chunk for call in chunks for chunk in call])
     env = gym.make("Pendulum-v1" if name == "sac_pendulum" else "CartPole-v1")
     spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
-    ours = config.build_learner(spaces=spaces)
+    ours = config.build_backend(spaces=spaces)
     rllib_class = rllib_learner_class(ours)
     assert all(optimizer.defaults["fused"] for optimizer in ours._named_optimizers.values())
-    theirs = config.copy(copy_frozen=False).learners(learner_class=rllib_class).build_learner(spaces=spaces)
+    theirs = config.copy(copy_frozen=False).learners(learner_class=rllib_class).build_backend(spaces=spaces)
     exact = (
         config.copy(copy_frozen=False)
         .learners(learner_class=unfused(type(ours)))
-        .build_learner(spaces=spaces)
+        .build_backend(spaces=spaces)
     )
     for learner in (theirs, exact):
         learner.set_state(ours.get_state())
@@ -410,7 +408,7 @@ def test_the_lean_update_is_rllibs_update_with_its_metrics_logged_once(name: str
     buffer.add([chunk for call in chunks for chunk in call])
     env = gym.make("Pendulum-v1" if name == "sac_pendulum" else "CartPole-v1")
     spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
-    lean, full = config.build_learner(spaces=spaces), config.build_learner(spaces=spaces)
+    lean, full = config.build_backend(spaces=spaces), config.build_backend(spaces=spaces)
     full.set_state(lean.get_state())
     assert lean.lean_update_refusal() is None
     for learner in (lean, full):  # as after restoring optimizers saved with another rate

@@ -229,7 +229,7 @@ def test_bad_run_inputs_are_one_line_exit_2(args: list[str], message: str, tmp_p
 def test_replay_buffer_is_saved_and_restored(ray_session: None, tmp_path: Path) -> None:
     from rl_app.cluster.resources import plan_resources
     from rl_app.config import load_experiment
-    from rl_app.rllib.accel.offpolicy import ArrayPrioritizedEpisodeReplayBuffer
+    from rl_app.rllib.accel.replay_buffer import ArrayPrioritizedEpisodeReplayBuffer
     from rl_app.rllib.algorithm import build_experiment, restore_algorithm
     from rl_app.rllib.replay import BUFFER_RNG, REPLAY_BUFFER
 
@@ -303,9 +303,9 @@ def test_a_checkpoint_the_disk_refuses_stops_the_run_in_one_line_and_keeps_the_l
 ) -> None:
     import errno
 
-    from rl_app.training.learners import RLlibLearner
+    from rl_app.training.backends import AlgorithmBackend
 
-    real_save = RLlibLearner.save
+    real_save = AlgorithmBackend.save
     saves: list[Path] = []
 
     def disk_full_at_the_third(learner, folder: Path, replay_buffer: bool) -> None:  # type: ignore[no-untyped-def]
@@ -315,7 +315,7 @@ def test_a_checkpoint_the_disk_refuses_stops_the_run_in_one_line_and_keeps_the_l
             raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setenv("RL_APP_EXPERIMENTS_DIR", str(REPO / "experiments"))
-    monkeypatch.setattr(RLlibLearner, "save", disk_full_at_the_third)
+    monkeypatch.setattr(AlgorithmBackend, "save", disk_full_at_the_third)
     overrides = [*SMALL_PPO, "stop.iterations=5", "checkpoint.every=1"]
     with pytest.raises(
         UserError, match=r"cannot write checkpoint iter_000003 .*No space left on device"
@@ -326,7 +326,7 @@ def test_a_checkpoint_the_disk_refuses_stops_the_run_in_one_line_and_keeps_the_l
     assert [p.name for p in list_checkpoints(run_dir)] == ["iter_000001", "iter_000002"]
     assert not list((run_dir / "checkpoints").glob(".partial-*"))
     assert iterations(run_dir) == [1, 2, 3]  # progress.csv kept every iteration trained
-    monkeypatch.setattr(RLlibLearner, "save", real_save)  # room on the disk again
+    monkeypatch.setattr(AlgorithmBackend, "save", real_save)  # room on the disk again
     resumed = train(None, ["stop.iterations=4"], resume=str(run_dir), runs_root=tmp_path)
     assert resumed.status == "finished" and iterations(run_dir) == [1, 2, 3, 4]
 

@@ -1,4 +1,4 @@
-"""Our batched sampler against RLlib's runner: same config, seeds and weights give the same
+"""The batched runner against RLlib's runner: same config, seeds and weights give the same
 episodes (observations, actions, rewards, boundaries, lookback, extra model outputs) and the same
 metrics, for every algorithm it serves; experiments it does not fit say so and use RLlib's."""
 
@@ -16,7 +16,7 @@ from rich.console import Console
 from rl_app.cluster.resources import plan_resources
 from rl_app.config import load_experiment
 from rl_app.rllib.accel import plan_acceleration
-from rl_app.rllib.accel.runner import FastEnvRunner
+from rl_app.rllib.accel.runner import BatchedEnvRunner
 from rl_app.rllib.config import algorithm_config, describe_rllib_setup
 from rl_app.rllib.env_runner import env_runner_class
 
@@ -30,7 +30,7 @@ def runner_pair(name: str, overrides: tuple[str, ...] = ()) -> tuple[Any, Any]:
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     ours = env_runner_class(True, 20, fast=True)(config=config)
     theirs = env_runner_class(True, 20, fast=False)(config=config)
-    assert isinstance(ours, FastEnvRunner) and not isinstance(theirs, FastEnvRunner)
+    assert isinstance(ours, BatchedEnvRunner) and not isinstance(theirs, BatchedEnvRunner)
     theirs.set_state(ours.get_state())
     return ours, theirs
 
@@ -220,7 +220,7 @@ def test_transitions_are_the_steps_of_rllibs_episodes_in_their_order(
     episode chunks store, in the same order, and leaves the same episode metrics."""
     import torch
 
-    from rl_app.rllib.accel.offpolicy import ArrayPrioritizedEpisodeReplayBuffer
+    from rl_app.rllib.accel.replay_buffer import ArrayPrioritizedEpisodeReplayBuffer
 
     monkeypatch.syspath_prepend(str(TESTS))
     ours, theirs = runner_pair(experiment, overrides)
@@ -290,7 +290,7 @@ def test_experiments_it_does_not_fit_use_rllibs_runner_and_say_why(shipped: Path
     assert refusal("ppo_halfcheetah") == "env_runners.observation_filter MeanStdFilter is an RLlib connector"
     loaded = load_experiment("ppo_halfcheetah", ())
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
-    assert not issubclass(config.env_runner_cls, FastEnvRunner)
+    assert not issubclass(config.env_runner_cls, BatchedEnvRunner)
 
 
 def test_a_runner_with_connectors_of_its_own_falls_back_to_rllibs_sampling(shipped: Path) -> None:
@@ -302,7 +302,7 @@ def test_a_runner_with_connectors_of_its_own_falls_back_to_rllibs_sampling(shipp
     mine = ours.sample(num_timesteps=60, explore=True)
     torch.manual_seed(0)
     assert_same_episodes(mine, theirs.sample(num_timesteps=60, explore=True), {})
-    assert ours._fast_refusal is not None and "MeanStdFilter" in ours._fast_refusal
+    assert ours._pipeline_refusal_found is not None and "MeanStdFilter" in ours._pipeline_refusal_found
 
 
 def test_the_start_says_which_runner_samples(shipped: Path, tmp_path: Path, ray_session: None) -> None:

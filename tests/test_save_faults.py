@@ -30,7 +30,7 @@ import os, shutil, signal, sys
 moment, signum = sys.argv[1], getattr(signal, sys.argv[2])
 from rl_app.runs import checkpoints
 from rl_app.training import loop
-from rl_app.training.learners import RLlibLearner
+from rl_app.training.backends import AlgorithmBackend
 saves, renamed = [], []
 
 def strike():
@@ -38,7 +38,7 @@ def strike():
         os.killpg(0, signal.SIGKILL)
     os.kill(os.getpid(), signum)
 
-def save(learner, folder, replay_buffer, real=RLlibLearner.save):
+def save(learner, folder, replay_buffer, real=AlgorithmBackend.save):
     saves.append(folder)
     real(learner, folder, replay_buffer)
     if moment == "rllib_files" and len(saves) == 2:
@@ -61,7 +61,7 @@ def rmtree(path, *args, real=shutil.rmtree, **kwargs):
         strike()
     real(path, *args, **kwargs)
 
-RLlibLearner.save = save
+AlgorithmBackend.save = save
 loop.write_marker = write_marker
 checkpoints.os.replace = replace
 checkpoints.shutil.rmtree = rmtree

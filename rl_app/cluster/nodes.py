@@ -199,18 +199,6 @@ def _cluster_processes(temp_dir: str, gcs_address: str | None = None) -> list[An
     return list(found.values())
 
 
-def listening_addresses(state: ClusterState) -> list[str]:
-    """Every TCP address the cluster's processes listen on (to check they are all loopback)."""
-    import psutil
-
-    pids = {p.pid for p in _cluster_processes(state.temp_dir, state.gcs_address)}
-    return sorted(
-        f"{c.laddr.ip}:{c.laddr.port}"
-        for c in psutil.net_connections("tcp")
-        if c.status == psutil.CONN_LISTEN and c.pid in pids
-    )
-
-
 # Ray's listeners by process, for the start-up report.
 LISTENER_NAMES = (
     ("gcs_server", "GCS"),

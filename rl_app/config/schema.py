@@ -111,7 +111,7 @@ class EnvRunnersSection(Section):
     )
     runner: Literal["auto", "rllib"] = Field(
         "auto",
-        description="'auto': our batched sampler where the experiment fits it (the start says which); "
+        description="'auto': rl_app's batched runner where the experiment fits it (the start says which); "
         "'rllib': RLlib's SingleAgentEnvRunner always.",
     )
     vectorize: Literal["auto", "sync"] = Field(

@@ -32,11 +32,11 @@ def list_experiments(console: Console | None = None) -> None:
 def show_experiment(name: str, overrides: list[str] | tuple[str, ...] = ()) -> None:
     """Print the fully resolved config: schema defaults + YAML + overrides + RLlib defaults."""
     from rl_app.cluster.resources import local_cpu_count, local_gpu_count, plan_resources
-    from rl_app.training.learners import prepare_learner
+    from rl_app.training.backends import prepare_backend
 
     loaded = load_experiment(name, overrides)
     plan = plan_resources(loaded.config, local_cpu_count(), local_gpu_count())
-    resolved, _ = prepare_learner(loaded.config, plan, loaded.source)
+    resolved, _ = prepare_backend(loaded.config, plan, loaded.source)
     print(f"# {name}: {loaded.source}{''.join(' --set ' + o for o in loaded.overrides)}")
     print(f"# resources on this machine: {plan.describe()}")
     print(yaml.safe_dump(resolved, sort_keys=False), end="")

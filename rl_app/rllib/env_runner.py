@@ -114,13 +114,13 @@ class RLAppEnvRunner(EnvRunnerInternals):
 def env_runner_class(
     restart_failed_envs: bool, max_env_failures: int, fast: bool = False
 ) -> type[RLAppEnvRunner]:
-    """:class:`RLAppEnvRunner` (or, with ``fast``, our batched sampler built on it) with the
+    """:class:`RLAppEnvRunner` (or, with ``fast``, the batched runner built on it) with the
     experiment's env-failure limits (RLlib builds the runners from the class alone)."""
     base: type[RLAppEnvRunner] = RLAppEnvRunner
     if fast:
-        from rl_app.rllib.accel.runner import FastEnvRunner
+        from rl_app.rllib.accel.runner import BatchedEnvRunner
 
-        base = FastEnvRunner
+        base = BatchedEnvRunner
     return type(
         base.__name__,
         (base,),

@@ -42,7 +42,7 @@ from rl_app.sweep.results import (
     write_trial_experiments,
 )
 from rl_app.sweep.space import count_trials
-from rl_app.training.learners import require_rllib
+from rl_app.training.backends import require_rllib
 from rl_app.training.plan import check_experiment_env
 
 SWEEP_FILE = "sweep.json"

@@ -70,7 +70,7 @@ def trial_name(trial: Any) -> str:
 def trainable(experiment: ExperimentConfig, name: str, source: str, resources: TrialResources) -> Any:
     """The trial class with its experiment bound and the resources RLlib asks for each trial."""
     from rl_app.rllib.config import algorithm_config, trial_resources
-    from rl_app.training.learners import require_rllib
+    from rl_app.training.backends import require_rllib
     from rl_app.training.trial import ExperimentTrial
 
     require_rllib(experiment, "a sweep")

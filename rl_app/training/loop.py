@@ -19,7 +19,7 @@ from rl_app.config import ExperimentConfig
 from rl_app.config.schema import StopSection
 from rl_app.runs.checkpoints import CheckpointInfo, installed_versions, read_info, write_marker
 from rl_app.runs.progress import IterationMetrics
-from rl_app.training.learners import Learner
+from rl_app.training.backends import Backend
 
 LOOP_STATE = "rl_app_state.pkl"
 LEGACY_RNG_STATE = "rng_state.pkl"  # what checkpoints of earlier versions hold instead
@@ -56,10 +56,10 @@ class Step:
 
 
 class TrainingLoop:
-    """Trains ``learner`` one iteration at a time and saves or loads everything a resume needs."""
+    """Trains ``backend`` one iteration at a time and saves or loads everything a resume needs."""
 
-    def __init__(self, learner: Learner, experiment: ExperimentConfig, name: str) -> None:
-        self.learner, self.experiment, self.name = learner, experiment, name
+    def __init__(self, backend: Backend, experiment: ExperimentConfig, name: str) -> None:
+        self.backend, self.experiment, self.name = backend, experiment, name
         self.iteration = 0
         self.timesteps = 0
         self.last: IterationMetrics | None = None
@@ -70,7 +70,7 @@ class TrainingLoop:
     @property
     def algo(self) -> Any:
         """The RLlib ``Algorithm`` being trained (RLlib learners only)."""
-        return self.learner.algo  # type: ignore[attr-defined]
+        return self.backend.algo  # type: ignore[attr-defined]
 
     @property
     def elapsed_s(self) -> float:
@@ -83,7 +83,7 @@ class TrainingLoop:
 
     def step(self) -> Step:
         """Train one iteration; its metrics and whether a stop criterion is met."""
-        metrics, result = self.learner.train(self.timesteps, self.elapsed_s)
+        metrics, result = self.backend.train(self.timesteps, self.elapsed_s)
         self.iteration, self.timesteps, self.last = metrics.iteration, metrics.timesteps, metrics
         if not math.isnan(metrics.eval_return_mean):
             self.latest_eval_return = metrics.eval_return_mean
@@ -91,12 +91,12 @@ class TrainingLoop:
             metrics,
             result,
             stop_reason(self.experiment.stop, metrics, self.evaluated),
-            self.learner.notices(),
+            self.backend.notices(),
         )
 
     def evaluate(self) -> float:
         """Evaluate the current policy now, outside the schedule; its mean return."""
-        self.latest_eval_return = self.learner.evaluate()
+        self.latest_eval_return = self.backend.evaluate()
         return self.latest_eval_return
 
     def save(self, folder: Path) -> CheckpointInfo:
@@ -114,7 +114,7 @@ class TrainingLoop:
             replay_buffer=self.experiment.checkpoint.replay_buffer,
             versions=installed_versions(),
         )
-        self.learner.save(folder, replay_buffer=info.replay_buffer)
+        self.backend.save(folder, replay_buffer=info.replay_buffer)
         with (folder / LOOP_STATE).open("wb") as handle:
             pickle.dump(self._state(), handle)
         write_marker(folder, info)
@@ -125,8 +125,8 @@ class TrainingLoop:
         seeds (``seed + iteration``, so the episodes after it are not the first ones again),
         then the driver's RNGs, counters and clock as they were saved."""
         info = read_info(checkpoint)
-        self.learner.restore(checkpoint)
-        self.learner.reseed((self.experiment.seed or 0) + info.iteration)
+        self.backend.restore(checkpoint)
+        self.backend.reseed((self.experiment.seed or 0) + info.iteration)
         self.iteration, self.timesteps = info.iteration, info.timesteps
         state = _read_state(checkpoint)
         if "numpy" in state:

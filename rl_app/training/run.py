@@ -286,11 +286,11 @@ def train(
     # Closed after the session (Ray shut down): it waits for what overlapped the shutdown.
     with ExitStack() as after_ray, session as cluster:
         from rl_app.console.progress import ProgressPrinter
-        from rl_app.training.learners import prepare_learner
+        from rl_app.training.backends import prepare_backend
         from rl_app.training.loop import TrainingLoop
 
         resource_plan = plan_resources(experiment, cluster.num_cpus, cluster.num_gpus)
-        resolved, build_learner = prepare_learner(experiment, resource_plan, plan.source)
+        resolved, build_backend = prepare_backend(experiment, resource_plan, plan.source)
         start = StartPoint()
         if plan.resume_checkpoint is not None:
             assert plan.run_dir is not None
@@ -325,7 +325,7 @@ def train(
 
             resources += f"; {describe_rllib_setup(experiment, resource_plan)}"
         _print_start(console, plan, resources, run_dir, mirror)
-        loop = TrainingLoop(build_learner(), experiment, plan.name)
+        loop = TrainingLoop(build_backend(), experiment, plan.name)
         try:
             if plan.resume_checkpoint is not None:
                 loop.load(plan.resume_checkpoint)
@@ -334,7 +334,7 @@ def train(
                     f"{start.timesteps:,} timesteps"
                 )
             if plan.init_checkpoint is not None:
-                loop.learner.warm_start(plan.init_checkpoint)
+                loop.backend.warm_start(plan.init_checkpoint)
                 console.print(f"Weights initialised from {plan.init_checkpoint}")
             printer = ProgressPrinter(console, experiment.stop.timesteps, experiment.stop.time_s)
             syncing = (
@@ -346,7 +346,7 @@ def train(
             after_ray.callback(training_run.complete)
             summary = training_run.run()
         finally:
-            loop.learner.stop()
+            loop.backend.stop()
     if plan.resume_checkpoint is not None:
         summary.resumed_from = str(plan.resume_checkpoint)
     _print_summary(console, summary)

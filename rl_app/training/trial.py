@@ -77,14 +77,14 @@ class ExperimentTrial(tune.Trainable):
         evaluate_at_end: bool = False,
     ) -> None:
         from rl_app.library_logs import capture_library_logs
-        from rl_app.training.learners import prepare_learner
+        from rl_app.training.backends import prepare_backend
         from rl_app.training.loop import TrainingLoop
 
         capture_library_logs()
         source = f"sweep trial {self.trial_id}"
         trial = trial_experiment(experiment, config, source)
-        _, build_learner = prepare_learner(trial, plan, source)
-        self.loop = TrainingLoop(build_learner(), trial, name)
+        _, build_backend = prepare_backend(trial, plan, source)
+        self.loop = TrainingLoop(build_backend(), trial, name)
         # Ranked by eval_return: a trial that stops before its first scheduled evaluation
         # is evaluated once at its end rather than ranked last without a score.
         self.evaluate_at_end = evaluate_at_end
@@ -125,4 +125,4 @@ class ExperimentTrial(tune.Trainable):
             super().restore(replacement)
 
     def cleanup(self) -> None:
-        self.loop.learner.stop()
+        self.loop.backend.stop()

@@ -156,16 +156,29 @@ def plan_acceleration(experiment: Any, resources: Any = None) -> AccelerationPla
     return AccelerationPlan(on=on, off=off)
 
 
+def part_classes() -> tuple[dict[str, type], dict[str, type]]:
+    """rl_app's learner class and algorithm class (its training step) by algorithm name, for the
+    algorithms whose registry entries name those parts."""
+    from rl_app.rllib.accel.driver import DriverPPO
+    from rl_app.rllib.accel.offpolicy import ArrayReplayDQN, ArrayReplaySAC
+    from rl_app.rllib.accel.offpolicy_learners import BatchedStepDQNLearner, BatchedStepSACLearner
+    from rl_app.rllib.accel.ppo_learner import BatchedStepPPOLearner
+
+    learners: dict[str, type] = {
+        "PPO": BatchedStepPPOLearner,
+        "DQN": BatchedStepDQNLearner,
+        "SAC": BatchedStepSACLearner,
+    }
+    training_steps: dict[str, type] = {"PPO": DriverPPO, "DQN": ArrayReplayDQN, "SAC": ArrayReplaySAC}
+    return learners, training_steps
+
+
 def apply_plan(plan: AccelerationPlan, algorithm: str, config: Any) -> None:
     """Point ``config`` at rl_app's classes for the parts ``plan`` runs (RLlib's extension points:
     ``algo_class``, ``learner_class``; the runner class and SAC's module are chosen where the
     config names them)."""
-    from rl_app.rllib.accel.driver import DriverPPO
-    from rl_app.rllib.accel.learners import LEARNERS
-    from rl_app.rllib.accel.offpolicy import ARRAY_REPLAY_ALGORITHMS
-
-    training_steps = {"PPO": DriverPPO, **ARRAY_REPLAY_ALGORITHMS}
+    learners, training_steps = part_classes()
     if plan.uses("training_step"):
         config.algo_class = training_steps[algorithm]
     if plan.uses("learner"):
-        config.learners(learner_class=LEARNERS[algorithm])
+        config.learners(learner_class=learners[algorithm])

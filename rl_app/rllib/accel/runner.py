@@ -25,9 +25,8 @@ import functools
 import gc
 import logging
 import time
-import uuid
 from collections.abc import Iterator
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -43,17 +42,18 @@ from ray.rllib.utils.metrics import (
     TIME_BETWEEN_SAMPLING,
     WEIGHTS_SEQ_NO,
 )
-from ray.rllib.utils.spaces.space_utils import batch, clip_action, get_base_struct_from_space, unsquash_action
+from ray.rllib.utils.spaces.space_utils import clip_action, get_base_struct_from_space, unsquash_action
 
 from rl_app.rllib.accel.adapter import (
     EpisodeFactory,
-    episode_start_time,
     forward_exploration,
     forward_inference,
     mark_episode_reset,
     mark_episode_steps,
 )
 from rl_app.rllib.accel.draws import sample_categorical, sample_squashed_gaussian
+from rl_app.rllib.accel.episodes import EndedEpisode, StepArrays, append_rows, with_list_buffers
+from rl_app.rllib.accel.transitions import OpenEpisodes, TransitionRows, Transitions
 from rl_app.rllib.env_runner import RLAppEnvRunner
 
 logger = logging.getLogger(__name__)
@@ -120,10 +120,10 @@ def _to_numpy(tensor: Any) -> np.ndarray:
     return array if narrower is None else array.astype(narrower)
 
 
-class FastEnvRunner(RLAppEnvRunner):
+class BatchedEnvRunner(RLAppEnvRunner):
     """:class:`RLAppEnvRunner` whose sampling steps the vector env with batched arrays."""
 
-    _fast_refusal: str | bool | None = False  # False: not checked yet
+    _pipeline_refusal_found: str | bool | None = False  # False: not checked yet
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # (length, return, seconds) of the episodes the transition path ended, for get_metrics.
@@ -149,7 +149,8 @@ class FastEnvRunner(RLAppEnvRunner):
                 random_actions=random_actions,
                 force_reset=force_reset,
             )
-        return self._sample_batched(num_timesteps, num_episodes, explore, force_reset)
+        with self._inference_mode():
+            return self._sample_episodes(num_timesteps, num_episodes, explore, force_reset)
 
     def _timestep(self, ts: int) -> int:
         """The global env step RLlib's runner hands its module (exploration schedules) ``ts`` steps
@@ -158,18 +159,18 @@ class FastEnvRunner(RLAppEnvRunner):
         return (self.num_env_steps_sampled_lifetime // runners + ts) * runners
 
     def _pipeline_refusal(self) -> str | None:
-        """Why this runner's pipelines are not ones our sampling fits (said once), or None."""
-        if self._fast_refusal is False:
-            self._fast_refusal = _pipeline_refusal(self)
-            if self._fast_refusal is not None:
-                logger.warning("fast sampling off, RLlib's runner samples: %s", self._fast_refusal)
-        return cast(str | None, self._fast_refusal)
+        """Why this runner's connector pipelines are not ones it fits (said once), or None."""
+        if self._pipeline_refusal_found is False:
+            self._pipeline_refusal_found = _pipeline_refusal(self)
+            if self._pipeline_refusal_found is not None:
+                logger.warning("the batched runner steps aside for RLlib's: %s", self._pipeline_refusal_found)
+        return cast(str | None, self._pipeline_refusal_found)
 
     def _act(
         self, observations: np.ndarray, explore: bool, t: int, outputs: bool = True
     ) -> dict[str, np.ndarray]:
         """RLlib's forward pass and ``GetActions`` on the stacked observations (the module is in
-        eval mode for the whole sample call, see :meth:`_sample_batched`). Without ``outputs``, the
+        eval mode for the whole sample call, see :meth:`_inference_mode`). Without ``outputs``, the
         actions alone: the same draws, no log-probs or other model outputs."""
         module: Any = self.module
         with torch.no_grad(), self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
@@ -205,12 +206,6 @@ class FastEnvRunner(RLAppEnvRunner):
             return clip_action(actions, action_struct)
         return actions
 
-    def _sample_batched(
-        self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
-    ) -> list[Any]:
-        with self._inference_mode():
-            return self._sample_in_eval_mode(num_timesteps, num_episodes, explore, force_reset)
-
     @contextlib.contextmanager
     def _inference_mode(self) -> Iterator[None]:
         module: Any = self.module
@@ -230,7 +225,7 @@ class FastEnvRunner(RLAppEnvRunner):
                 gc.enable()
 
     # Each env's running episode while the transition path samples (None: the episode path's turn).
-    _open_episodes: _OpenEpisodes | None = None
+    _open_episodes: OpenEpisodes | None = None
 
     def transition_refusal(self) -> str | None:
         """Why this runner cannot hand out :meth:`sample_transitions`, or None."""
@@ -270,11 +265,11 @@ class FastEnvRunner(RLAppEnvRunner):
         self.time_after_sampling = time.perf_counter()
         return transitions
 
-    def _reset_open_episodes(self) -> _OpenEpisodes:
+    def _reset_open_episodes(self) -> OpenEpisodes:
         """Every env reset as RLlib's runner resets them (seeded at first, episode callbacks), its
         episodes kept open for the transition path."""
         self.reset_envs_and_episodes(explore=True)
-        self._open_episodes = _OpenEpisodes(self.ongoing_episodes, self._ended_for_metrics)
+        self._open_episodes = OpenEpisodes(self.ongoing_episodes, self._ended_for_metrics)
         return self._open_episodes
 
     def _sample_transitions(self, num_timesteps: int) -> Transitions:
@@ -283,7 +278,7 @@ class FastEnvRunner(RLAppEnvRunner):
             episodes = self._reset_open_episodes()
         env: Any = self.env
         action_struct = get_base_struct_from_space(env.single_action_space)
-        rows = _Rows()
+        rows = TransitionRows()
         ts, ended_before = 0, len(self._ended_for_metrics)
         while ts < num_timesteps:
             actions = self._act(episodes.observations, True, self._timestep(ts), outputs=False)[
@@ -313,7 +308,7 @@ class FastEnvRunner(RLAppEnvRunner):
             self.log_episode_metrics(length, episode_return, seconds)
         return super().get_metrics()
 
-    def _sample_in_eval_mode(
+    def _sample_episodes(
         self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
     ) -> list[Any]:
         """RLlib's ``_sample`` for ``num_timesteps`` (episode chunks, continued next call) or
@@ -338,9 +333,9 @@ class FastEnvRunner(RLAppEnvRunner):
         )
         env: Any = self.env
         action_struct = get_base_struct_from_space(env.single_action_space)
-        steps = _Steps()
+        steps = StepArrays()
         chunk_start = [0] * n  # each env's first step of its current episode
-        ended: list[_Ended] = []  # made or filled at the end of the call
+        ended: list[EndedEpisode] = []  # made or filled at the end of the call
         done_episodes: list[Any] = []
         ts = 0
         while (
@@ -354,7 +349,7 @@ class FastEnvRunner(RLAppEnvRunner):
             if isinstance(results, str) and results == ENV_STEP_FAILURE:
                 # As RLlib: the ongoing episodes are dropped (finished ones kept), every env starts over.
                 done_episodes += self._finished(ended, steps)
-                ts, steps, ended = 0, _Steps(), []
+                ts, steps, ended = 0, StepArrays(), []
                 self.reset_envs_and_episodes(explore)
                 episodes = list(self.ongoing_episodes)
                 observations = np.stack([episode.get_observations(-1) for episode in episodes])
@@ -371,7 +366,9 @@ class FastEnvRunner(RLAppEnvRunner):
             done = stepped & (terminateds | truncateds)
             for i in np.flatnonzero(done).tolist():
                 ended.append(
-                    _Ended(episodes[i], i, chunk_start[i], s + 1, bool(terminateds[i]), bool(truncateds[i]))
+                    EndedEpisode(
+                        episodes[i], i, chunk_start[i], s + 1, bool(terminateds[i]), bool(truncateds[i])
+                    )
                 )
                 if num_episodes is not None and len(done_episodes) + len(ended) >= num_episodes:
                     break
@@ -387,11 +384,13 @@ class FastEnvRunner(RLAppEnvRunner):
             if resetting[i]:  # ended in the last step: the next call resets it
                 episodes[i] = self._array_episodes.empty()
             elif episodes[i] is None:
-                episodes[i] = self._episode_from_steps(steps, _Ended(None, i, chunk_start[i], len(steps)))
+                episodes[i] = self._episode_from_steps(
+                    steps, EndedEpisode(None, i, chunk_start[i], len(steps))
+                )
             else:
                 self._fill(episodes[i], steps, i, chunk_start[i], len(steps))
         continuations = [
-            _with_list_buffers(episode.cut(len_lookback_buffer=self.config.episode_lookback_horizon))
+            with_list_buffers(episode.cut(len_lookback_buffer=self.config.episode_lookback_horizon))
             for episode in episodes
         ]
         ongoing = []
@@ -406,7 +405,7 @@ class FastEnvRunner(RLAppEnvRunner):
         self.log_sampled(ts, len(done_episodes))
         return done_episodes + ongoing
 
-    def _finished(self, ended: list[_Ended], steps: _Steps) -> list[Any]:
+    def _finished(self, ended: list[EndedEpisode], steps: StepArrays) -> list[Any]:
         """The episodes that ended in this call, made or filled from the call's step arrays."""
         finished = []
         for end in ended:
@@ -418,7 +417,7 @@ class FastEnvRunner(RLAppEnvRunner):
             finished.append(end.episode.to_numpy())
         return finished
 
-    def _episode_from_steps(self, steps: _Steps, end: _Ended) -> Any:
+    def _episode_from_steps(self, steps: StepArrays, end: EndedEpisode) -> Any:
         """The episode env ``end.env`` began at step ``end.start - 1`` (its reset observation), as
         RLlib's ``add_env_reset``, ``add_env_step`` per step and ``to_numpy`` would leave it."""
         i, start, stop = end.env, end.start, end.stop
@@ -458,215 +457,23 @@ class FastEnvRunner(RLAppEnvRunner):
         space = env.single_observation_space
         return np.zeros(space.shape, dtype=space.dtype)
 
-    def _fill(self, episode: Any, steps: _Steps, i: int, start: int, stop: int) -> None:
+    def _fill(self, episode: Any, steps: StepArrays, i: int, start: int, stop: int) -> None:
         """``add_env_step`` for env ``i``'s steps ``start:stop``, all at once: each column's rows
         are one slice of the call's stacked arrays."""
         if stop <= start:
             return
         span = slice(start, stop)
-        _append_rows(episode.observations, steps.column("obs")[span, i])
-        _append_rows(episode.actions, steps.column("actions")[span, i])
-        _append_rows(episode.rewards, steps.column("rewards")[span, i])
+        append_rows(episode.observations, steps.column("obs")[span, i])
+        append_rows(episode.actions, steps.column("actions")[span, i])
+        append_rows(episode.rewards, steps.column("rewards")[span, i])
         infos = steps.infos(i, span)
         episode.infos.extend(infos)
         for key in steps.extra_keys:
             if key not in episode.extra_model_outputs:
                 episode.extra_model_outputs[key] = InfiniteLookbackBuffer()
-            _append_rows(episode.extra_model_outputs[key], steps.column(key)[span, i])
+            append_rows(episode.extra_model_outputs[key], steps.column(key)[span, i])
         if WEIGHTS_SEQ_NO not in episode.extra_model_outputs:
             episode.extra_model_outputs[WEIGHTS_SEQ_NO] = InfiniteLookbackBuffer()
-        _append_rows(episode.extra_model_outputs[WEIGHTS_SEQ_NO], np.full(stop - start, self.weights_seq_no))
+        append_rows(episode.extra_model_outputs[WEIGHTS_SEQ_NO], np.full(stop - start, self.weights_seq_no))
         episode.t += stop - start
         mark_episode_steps(episode, steps.step_time(stop - 1), episode.observations.data[-1], infos[-1])
-
-
-class _Ended(NamedTuple):
-    """Env ``env``'s episode over the call's steps ``start:stop``; ``episode`` None: made from them."""
-
-    episode: Any
-    env: int
-    start: int
-    stop: int
-    terminated: bool = False
-    truncated: bool = False
-
-
-class _Steps:
-    """One ``sample()`` call's vector steps, stacked into ``[step, env, ...]`` arrays when read."""
-
-    def __init__(self) -> None:
-        self._rows: dict[str, list[Any]] = {"obs": [], "actions": [], "rewards": []}
-        self._infos: list[Any] = []
-        self._times: list[float] = []
-        self._stacked: dict[str, np.ndarray] = {}
-        self.extra_keys: list[str] = []
-
-    def add(self, observations: Any, actions: Any, rewards: Any, infos: Any, extra: dict[str, Any]) -> int:
-        """Keep one vector step; returns its index."""
-        if not self._infos:
-            self.extra_keys = list(extra)
-            self._rows.update({key: [] for key in extra})
-        for key, value in (("obs", observations), ("actions", actions), ("rewards", rewards), *extra.items()):
-            self._rows[key].append(value)
-        self._infos.append(infos)
-        self._times.append(time.perf_counter())
-        self._stacked.clear()
-        return len(self._infos) - 1
-
-    def __len__(self) -> int:
-        return len(self._infos)
-
-    def column(self, key: str) -> np.ndarray:
-        if key not in self._stacked:
-            self._stacked[key] = np.stack(self._rows[key])
-        return self._stacked[key]
-
-    def infos(self, i: int, span: slice) -> list[dict[str, Any]]:
-        """Env ``i``'s info dicts over ``span`` ({} where it gave none)."""
-        return [step[i] or {} for step in self._infos[span]]
-
-    def step_time(self, index: int) -> float:
-        """When step ``index`` came back from the env (``perf_counter``, as RLlib's episodes time)."""
-        return self._times[index]
-
-
-def _append_rows(buffer: InfiniteLookbackBuffer, rows: np.ndarray) -> None:
-    """Extend ``buffer`` by ``rows`` and leave it as ``finalize()`` would: one array, the
-    items ``batch()`` would have stacked (a lookback kept as a list is stacked first)."""
-    if buffer.finalized:
-        buffer.data = np.concatenate([buffer.data, rows])
-    elif buffer.data:
-        buffer.data = np.concatenate([batch(cast(list[Any], buffer.data)), rows])
-    else:
-        buffer.data = rows.copy()  # not a view: it would keep the call's whole array alive
-    buffer.finalized = True
-
-
-def _with_list_buffers(episode: Any) -> Any:
-    """A continuation as RLlib's runner leaves it (its buffers lists of items), though ``cut()``
-    took it from arrays: RLlib's own sampling may go on with it (random actions)."""
-    buffers = [episode.observations, episode.actions, episode.rewards, *episode.extra_model_outputs.values()]
-    for buffer in buffers:
-        if buffer.finalized:
-            buffer.data, buffer.finalized = list(buffer.data), False
-    return episode
-
-
-class Transitions(NamedTuple):
-    """Env steps as a replay buffer's rows: ``columns`` (``obs``, ``next_obs``, ``actions``,
-    ``rewards``, ``terminated``, ``truncated``, one row per step) and each row's episode id."""
-
-    columns: dict[str, np.ndarray]
-    episode_ids: list[str]
-
-
-class _OpenEpisodes:
-    """Each env's running episode on the transition path: its id, the observation to act on, and
-    what RLlib's episode metrics read when it ends, summed as RLlib sums its runner's chunks (one
-    per call: the return of each, the seconds from its reset or first step to its last step)."""
-
-    def __init__(self, episodes: list[Any], ended: list[tuple[int, Any, float]]) -> None:
-        """Right after RLlib's reset made ``episodes``; each episode that ends is appended to
-        ``ended`` as (length, return, seconds)."""
-        n = len(episodes)
-        self.ids = [episode.id_ for episode in episodes]
-        self.observations = np.stack([episode.get_observations(-1) for episode in episodes])
-        self.resetting = np.zeros(n, dtype=bool)  # ended last step: gymnasium's next step resets it
-        self.lengths = [0] * n
-        self.rewards: list[list[Any]] = [[] for _ in range(n)]  # this call's
-        self.chunk_start: list[float | None] = [episode_start_time(episode) for episode in episodes]
-        self.last_step: list[float] = [0.0] * n
-        self.chunks: list[list[tuple[Any, float]]] = [[] for _ in range(n)]  # earlier calls' (return, s)
-        self.ended = ended
-
-    def step(
-        self,
-        stepped: np.ndarray,
-        rewards: np.ndarray,
-        terminateds: np.ndarray,
-        truncateds: np.ndarray,
-        next_observations: np.ndarray,
-        now: float,
-    ) -> list[str]:
-        """Take one vector step's results; returns the ids of the episodes that ended in it."""
-        for i in np.flatnonzero(~stepped).tolist():  # this step was the reset of a new episode
-            self.ids[i] = uuid.uuid4().hex
-            self.lengths[i], self.rewards[i], self.chunks[i], self.chunk_start[i] = 0, [], [], now
-        for i in np.flatnonzero(stepped).tolist():
-            self.lengths[i] += 1
-            self.rewards[i].append(rewards[i])
-            self.last_step[i] = now
-            if self.chunk_start[i] is None:
-                self.chunk_start[i] = now
-        done = stepped & (terminateds | truncateds)
-        ended = []
-        for i in np.flatnonzero(done).tolist():
-            # RLlib's get_metrics: the last chunk's figures, then each earlier chunk's added in turn.
-            episode_return, seconds = sum(self.rewards[i]), now - cast(float, self.chunk_start[i])
-            for chunk_return, chunk_seconds in self.chunks[i]:
-                episode_return += chunk_return
-                seconds += chunk_seconds
-            self.ended.append((self.lengths[i], episode_return, seconds))
-            ended.append(self.ids[i])
-        self.resetting = done
-        self.observations = np.ascontiguousarray(next_observations)  # a vector env may give it transposed
-        return ended
-
-    def end_call(self) -> None:
-        """Close this call's chunk of every running episode that stepped in it."""
-        for i, start in enumerate(self.chunk_start):
-            if start is not None and self.rewards[i] and not self.resetting[i]:
-                self.chunks[i].append((sum(self.rewards[i]), self.last_step[i] - start))
-            self.rewards[i], self.chunk_start[i] = [], None
-
-
-class _Rows:
-    """One call's transitions, kept per vector step and put in episode order at the end."""
-
-    NAMES = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
-
-    def __init__(self) -> None:
-        self._parts: list[tuple[np.ndarray, ...]] = []
-        self._ids: list[str] = []
-        self._dropped: set[str] = set()
-        self.ended: list[str] = []  # ids of the episodes that ended in the call, in that order
-
-    def add(
-        self,
-        stepped: np.ndarray,
-        episodes: _OpenEpisodes,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        next_observations: np.ndarray,
-        terminateds: np.ndarray,
-        truncateds: np.ndarray,
-    ) -> None:
-        row = (episodes.observations, actions, rewards, next_observations, terminateds, truncateds)
-        if stepped.all():
-            self._parts.append(row)
-            self._ids += episodes.ids
-        else:
-            index = np.flatnonzero(stepped)
-            self._parts.append(tuple(column[index] for column in row))
-            self._ids += [episodes.ids[i] for i in index.tolist()]
-
-    def drop_running(self, episode_ids: list[str]) -> None:
-        """Leave out the rows of these episodes but those that ended (an env failure's loss)."""
-        self._dropped |= set(episode_ids) - set(self.ended)
-
-    def in_episode_order(self, running: list[str]) -> Transitions:
-        """The rows episode by episode, as RLlib's chunks come: ended episodes in the order they
-        ended, then the ``running`` ones by env; each episode's rows in time order."""
-        if not self._parts:  # no step asked for
-            return Transitions({}, [])
-        rank = {episode_id: k for k, episode_id in enumerate(self.ended)}
-        for env, episode_id in enumerate(running):
-            rank.setdefault(episode_id, len(self.ended) + env)
-        ranks = np.array([-1 if i in self._dropped else rank[i] for i in self._ids], dtype=np.int64)
-        order = np.argsort(ranks, kind="stable")
-        order = order[ranks[order] >= 0]
-        columns = {
-            name: np.concatenate([part[k] for part in self._parts])[order]
-            for k, name in enumerate(self.NAMES)
-        }
-        return Transitions(columns, [self._ids[k] for k in order.tolist()])

@@ -1,5 +1,6 @@
-"""What the training loop drives: an RLlib ``Algorithm``, or the tabular Q-learning baseline,
-behind one small interface (train an iteration, evaluate, save, restore, reseed, warm start)."""
+"""The training loop's backends: an RLlib ``Algorithm`` (:class:`AlgorithmBackend`), or the tabular
+Q-learning baseline (:class:`TabularBackend`), behind one small interface (train an iteration,
+evaluate, save, restore, reseed, warm start)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from rl_app.errors import EnvRunnersLostError, UserError
 from rl_app.runs.progress import IterationMetrics
 
 
-class Learner(Protocol):
+class Backend(Protocol):
     def train(self, previous_timesteps: int, elapsed_s: float) -> tuple[IterationMetrics, dict[str, Any]]:
         """One iteration: our metrics and the whole result (for TensorBoard)."""
         ...
@@ -38,7 +39,7 @@ class Learner(Protocol):
     def stop(self) -> None: ...
 
 
-class RLlibLearner:
+class AlgorithmBackend:
     """An RLlib ``Algorithm`` (kept as ``algo``), through the functions of :mod:`rl_app.rllib`."""
 
     def __init__(self, algo: Any, evaluation_interval: int, max_runner_restarts: int) -> None:
@@ -113,7 +114,7 @@ class RLlibLearner:
         self.algo.stop()
 
 
-class TabularLearner:
+class TabularBackend:
     """The tabular Q-learning baseline; it evaluates on the experiment's schedule itself."""
 
     def __init__(self, experiment: ExperimentConfig, source: str) -> None:
@@ -164,16 +165,16 @@ class TabularLearner:
         self.qlearning.close()
 
 
-def prepare_learner(
+def prepare_backend(
     experiment: ExperimentConfig, plan: ResourcePlan, source: str
-) -> tuple[dict[str, Any], Callable[[], Learner]]:
-    """The experiment's settings with defaults filled in, and a function building its learner.
+) -> tuple[dict[str, Any], Callable[[], Backend]]:
+    """The experiment's settings with defaults filled in, and a function building its backend.
 
     Everything that can reject the experiment (RLlib's validation, the tabular checks of spaces
     and bins) runs here, before a run folder is written.
     """
     if algorithm_spec(experiment.algorithm).backend == "tabular":
-        learner = TabularLearner(experiment, source)
+        learner = TabularBackend(experiment, source)
         settings = experiment.model_dump(mode="json", by_alias=True, exclude={"extends"})
         return settings, lambda: learner
     from rl_app.rllib.algorithm import build_algorithm
@@ -181,7 +182,7 @@ def prepare_learner(
 
     config = algorithm_config(experiment, plan, source)
     interval, max_restarts = experiment.evaluation.interval, experiment.env_runners.max_restarts
-    return resolved_settings(experiment, config, plan), lambda: RLlibLearner(
+    return resolved_settings(experiment, config, plan), lambda: AlgorithmBackend(
         build_algorithm(config), interval, max_restarts
     )
 
