@@ -521,7 +521,7 @@ _exit_code: int | None = None
 @atexit.register  # registered as this module loads, before torch or Ray: it runs after their handlers
 def _end_without_teardown() -> None:
     """After every other exit handler: end the process without the interpreter's teardown, which
-    frees the objects torch, Ray and RLlib made one by one (~0.2 s after a training run)."""
+    frees the objects torch, Ray and RLlib made one by one."""
     if _exit_code is None:  # not the command (a test or a notebook importing this module)
         return
     logging.shutdown()  # its own exit handler may be older than this one, so never reached

@@ -40,7 +40,7 @@ SHARED_WITH_RAY_INIT = ("argparse", "ctypes.util", "gettext", "gzip", "pkgutil",
 
 def _import_in_background(modules: Sequence[str]) -> threading.Thread:
     """Import ``modules`` on a thread while a local Ray starts: starting Ray is mostly waiting for
-    its processes, importing torch is mostly Python, so the two overlap (~1 s).
+    its processes, importing torch is mostly Python, so the two overlap.
 
     Only for modules outside everything ``ray.init`` imports: Python 3.11 does not make importing
     one package from two threads at once safe (a "partially initialized module" error), so RLlib,
@@ -65,7 +65,7 @@ def _import_in_background(modules: Sequence[str]) -> threading.Thread:
 def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while torch, RLlib and Ray import, and what they
     made frozen after: millions of objects that live until the process exits, which every
-    collection would walk again (~0.8 s of a ~3 s start here, and the first collection after).
+    collection would walk again (a large part of a start, and the first collection after).
     Unfreeze with ``gc.unfreeze()`` when the session ends, so a long-lived caller (a notebook)
     collects what was garbage by then."""
     enabled = gc.isenabled()
@@ -178,7 +178,7 @@ def shutdown_ray(local: bool) -> None:
     monitor is killed first.
 
     On SIGTERM the monitor reports its exit to the GCS, which ``ray.shutdown`` stops before
-    it, so it hangs until Ray kills it a second later: 1.0 of ~1.1 s of every shutdown. A
+    it, so it hangs until Ray kills it a second later: most of every shutdown. A
     local Ray never autoscales; killing the monitor first is what Ray does after the wait.
     """
     import ray

@@ -76,7 +76,7 @@ def plot_reward_curve(progress_csv: Path, out_png: Path, title: str) -> Path:
 
 class RewardCurveProcess:
     """Draws a run's reward curve in a helper process started as training starts: matplotlib
-    (~0.3 s to import) loads there meanwhile, and the drawing overlaps Ray's shutdown. Where the
+    (slow to import) loads there meanwhile, and the drawing overlaps Ray's shutdown. Where the
     helper cannot start or fails, :meth:`wait` draws the curve in this process."""
 
     def __init__(self) -> None:

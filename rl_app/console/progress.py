@@ -24,7 +24,7 @@ def _fmt_return(value: float) -> str:
     return "     n/a" if math.isnan(value) else f"{value:8.1f}"
 
 
-# ppo_cartpole's iterations take ~0.1 s: a line for each would scroll the screen away.
+# Short iterations (ppo_cartpole's): a line for each would scroll the screen away.
 MIN_SECONDS_BETWEEN_LINES = 1.0
 
 

@@ -133,8 +133,7 @@ class ConcatCriticSACTorchRLModule(TanhModeSACTorchRLModule):
     outputs and gradients are RLlib's to the bit, tests/test_adapter.py): the next state's actor and
     the target critics run without autograd recording (RLlib detaches their outputs), the squashed
     Gaussian is computed inline instead of through two distribution objects per pass, and the
-    critics' MLPs are called directly (a forward and backward pass 2-9 % faster side by side; the
-    rest is matmuls)."""
+    critics' MLPs are called directly (the rest is the same matmuls)."""
 
     lean = True  # off: RLlib's own training pass over the same critics (acceleration off)
 

@@ -29,7 +29,7 @@ def algorithm_build_modules(experiment: ExperimentConfig) -> list[str]:
     """The slow imports of building the experiment's algorithm in this process, for
     ``ray_session(preload=...)``: the module of its RLlib ``AlgorithmConfig``, and
     torch._inductor, which RLlib's seeding (torch.use_deterministic_algorithms) imports on
-    first use (~0.8 s here)."""
+    first use."""
     spec = algorithm_spec(experiment.algorithm)
     return [_config_module(spec), "torch._inductor"] if spec.backend == "rllib" else []
 

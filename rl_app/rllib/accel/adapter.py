@@ -140,7 +140,7 @@ def _class_source(cls: type) -> str:
 
 def missing_attributes() -> list[str]:
     """The private attributes of :data:`PRIVATE_ATTRIBUTES` their classes' source no longer sets
-    (reading the source takes ~0.3 s: the fence test runs it, not every start)."""
+    (reading the sources is slow: the fence test runs it, not every start)."""
     missing = []
     for (module, name), attributes in PRIVATE_ATTRIBUTES.items():
         try:

@@ -3,8 +3,7 @@ that uses it.
 
 RLlib 2.60 ends every training step with ``EnvRunnerGroup.sync_weights``: the learner's weights
 are read out as numpy arrays, put into Ray's object store (even with no remote runner to read
-them) and loaded back into the local runner's module as new tensors; ~2.5 ms of a ~70 ms
-ppo_cartpole iteration. With the runner in the learner's process its tensors are copied from the
+them) and loaded back into the local runner's module as new tensors. With the runner in the learner's process its tensors are copied from the
 learner's in place, and it takes the learner's weights sequence number as RLlib's ``set_state``
 would (the episodes it samples next carry it, and the learner's off-policyness statistics read it).
 :class:`DriverPPO` is RLlib's PPO with that sync, registered through ``AlgorithmConfig.algo_class``
@@ -79,8 +78,8 @@ class DriverPPO(PPO):
     learner_group: Any
 
     def _driver_sync(self) -> Callable[[], None] | None:
-        """The in-place sync when the only env runner and the learner are in the driver (made each
-        step, ~0.1 ms, as the off-policy step makes it: nothing to keep in step with the modules)."""
+        """The in-place sync when the only env runner and the learner are in the driver (made anew
+        each step, as the off-policy step makes it: nothing to keep in step with the modules)."""
         remote = self.env_runner_group.num_remote_workers()
         if remote or self.env_runner is None or not self.learner_group.is_local:
             return None

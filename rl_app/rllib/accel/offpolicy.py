@@ -2,8 +2,7 @@
 
 RLlib 2.60's DQN and SAC spend most of an update outside the loss: the prioritized episode buffer
 draws each transition in a Python loop and wraps it in a one-step ``SingleAgentEpisode``, and
-the learner connector turns those 256 episodes back into columns (~50 of the ~60 ms of a
-dqn_cartpole update here). This buffer keeps every env step in preallocated arrays, draws a
+the learner connector turns those 256 episodes back into columns. This buffer keeps every env step in preallocated arrays, draws a
 whole batch with vectorized segment trees, computes n-step returns with array walks, and hands
 the learner the columns RLlib's connector would have built (``obs``, ``new_obs``, ``actions``,
 ``rewards``, ``terminateds``, ``truncateds``, ``weights``, ``n_step``).
@@ -67,7 +66,7 @@ class _ArrayReplayTrainingStep:
     once at its end: RLlib's per-round sampling call, metrics reduce and aggregation cost more
     than the env step and a third of a SAC update at one update per env step. An update of one
     minibatch goes through our learner's ``update_from_columns`` (RLlib's ``Learner.update`` less
-    its per-call machinery; ~5 % of a SAC update). The rounds are the same, in the same order, as
+    its per-call machinery). The rounds are the same, in the same order, as
     RLlib's training steps would run them, and so are the learner results, but for window-1 stats
     (losses, Q values): the iteration's last update's here, the mean of each round's last in RLlib's.
     """
