@@ -1,11 +1,11 @@
 """Our off-policy update path: prioritized replay kept in arrays, train batches built without episodes.
 
 RLlib 2.60's DQN and SAC spend most of an update outside the loss: the prioritized episode buffer
-draws each transition in a Python loop and wraps it in a one-step ``SingleAgentEpisode``, and
-the learner connector turns those 256 episodes back into columns. This buffer keeps every env step in preallocated arrays, draws a
-whole batch with vectorized segment trees, computes n-step returns with array walks, and hands
-the learner the columns RLlib's connector would have built (``obs``, ``new_obs``, ``actions``,
-``rewards``, ``terminateds``, ``truncateds``, ``weights``, ``n_step``).
+draws each transition in a Python loop and wraps it in a one-step ``SingleAgentEpisode``, and the
+learner connector turns those 256 episodes back into columns. This buffer keeps every env step in
+preallocated arrays, draws a whole batch with vectorized segment trees, computes n-step returns with
+array walks, and hands the learner the columns RLlib's connector would have built (``obs``,
+``new_obs``, ``actions``, ``rewards``, ``terminateds``, ``truncateds``, ``weights``, ``n_step``).
 
 What is drawn follows RLlib's ``PrioritizedEpisodeReplayBuffer``: a step is drawn with
 probability proportional to its priority (new steps get the highest priority seen), a draw

@@ -179,7 +179,8 @@ class ColumnMinibatches:
     tensor columns: the same rows in the same order, shuffled by the same ``np.random``
     permutation at each epoch's end, each gathered from the columns with one ``index_select`` per
     column (a slice while nothing is shuffled) where RLlib goes through ``SampleBatch`` slices and
-    ``concat_samples`` (a copy of every column per minibatch). tests/test_learners.py holds the two to bit-equal updates."""
+    ``concat_samples`` (a copy of every column per minibatch). tests/test_learners.py holds the
+    two to bit-equal updates."""
 
     def __init__(self, cyclic: MiniBatchCyclicIterator) -> None:
         settings = cast(dict[str, Any], cyclic_iterator_settings(cyclic))
