@@ -8,7 +8,7 @@ its tensors are copied from the learner's in place, and it takes the learner's w
 number as RLlib's ``set_state`` would (the episodes it samples next carry it, and the learner's off-
 policyness statistics read it). :class:`DriverPPO` is RLlib's PPO with that sync, registered through
 ``AlgorithmConfig.algo_class`` (RLlib's extension point for a custom ``training_step``), as the off-
-policy algorithms are. """
+policy algorithms are."""
 
 from __future__ import annotations
 
