@@ -5,10 +5,11 @@ RLlib 2.60 ends every training step with ``EnvRunnerGroup.sync_weights``: the le
 read out as numpy arrays, put into Ray's object store (even with no remote runner to read them) and
 loaded back into the local runner's module as new tensors. With the runner in the learner's process
 its tensors are copied from the learner's in place, and it takes the learner's weights sequence
-number as RLlib's ``set_state`` would (the episodes it samples next carry it, and the learner's off-
-policyness statistics read it). :class:`DriverPPO` is RLlib's PPO with that sync, registered through
-``AlgorithmConfig.algo_class`` (RLlib's extension point for a custom ``training_step``), as the off-
-policy algorithms are."""
+number as RLlib's ``set_state`` would (the episodes it samples next carry it, and the learner's
+off-policyness statistics read it). :class:`DriverPPO` is RLlib's PPO with that sync, registered
+through ``AlgorithmConfig.algo_class`` (RLlib's extension point for a custom ``training_step``), as
+the off-policy algorithms are.
+"""
 
 from __future__ import annotations
 
