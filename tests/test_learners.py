@@ -77,7 +77,7 @@ def test_ppo_learner_updates_exactly_as_rllibs(
     ours, theirs = _ours_and_rllibs(config, spaces)
     assert all(optimizer.defaults["fused"] for optimizer in ours._named_optimizers.values())
     exact = config.copy(copy_frozen=False).learners(learner_class=unfused(BatchedStepPPOLearner))
-    ours_unfused = exact.build_backend(spaces=spaces)
+    ours_unfused = exact.build_learner(spaces=spaces)
     assert not any(optimizer.defaults["fused"] for optimizer in ours_unfused._named_optimizers.values())
     ours_unfused.set_state(ours.get_state())
     before = {k: t.clone() for k, t in ours.module[DEFAULT_MODULE_ID].state_dict().items()}
@@ -210,9 +210,9 @@ def test_a_clipped_step_with_non_finite_gradients_goes_rllibs_way(bad: float | N
 
 def _ours_and_rllibs(config: Any, spaces: dict[str, Any]) -> tuple[Any, Any]:
     """The learner ``config`` builds, and RLlib's PPO torch learner started from its state."""
-    ours = config.build_backend(spaces=spaces)
+    ours = config.build_learner(spaces=spaces)
     theirs = (
-        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_backend(spaces=spaces)
+        config.copy(copy_frozen=False).learners(learner_class=PPOTorchLearner).build_learner(spaces=spaces)
     )
     theirs.set_state(ours.get_state())
     return ours, theirs

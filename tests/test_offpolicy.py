@@ -181,7 +181,7 @@ def test_the_train_batch_is_rllibs_learner_connector_batch(experiment: str, env_
     theirs, ours = filled_pair(chunks)
     drawn = rllib_draws(theirs, 256)
     env = gym.make(env_id)
-    learner = config.build_backend(spaces={DEFAULT_MODULE_ID: (env.observation_space, env.action_space)})
+    learner = config.build_learner(spaces={DEFAULT_MODULE_ID: (env.observation_space, env.action_space)})
     expected = learner._learner_connector(
         rl_module=learner.module, batch={}, episodes=drawn, shared_data={}, metrics=learner.metrics
     )[DEFAULT_MODULE_ID]
@@ -272,7 +272,7 @@ def test_one_learner_call_over_a_rounds_minibatches_is_those_updates_in_turn() -
     columns = buffer.sample_batch(minibatch * rounds, n_step=N_STEP, gamma=GAMMA)
     env = gym.make("CartPole-v1")
     spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
-    one_call, in_turn = config.build_backend(spaces=spaces), config.build_backend(spaces=spaces)
+    one_call, in_turn = config.build_learner(spaces=spaces), config.build_learner(spaces=spaces)
     in_turn.set_state(one_call.get_state())
     before = {name: t.clone() for name, t in one_call.module[DEFAULT_MODULE_ID].state_dict().items()}
     timesteps = {"num_env_steps_sampled_lifetime": 0}  # no target-network sync in either
@@ -335,14 +335,14 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     buffer.add([chunk for call in chunks for chunk in call])
     env = gym.make("Pendulum-v1" if name == "sac_pendulum" else "CartPole-v1")
     spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
-    ours = config.build_backend(spaces=spaces)
+    ours = config.build_learner(spaces=spaces)
     rllib_class = rllib_learner_class(ours)
     assert all(optimizer.defaults["fused"] for optimizer in ours._named_optimizers.values())
-    theirs = config.copy(copy_frozen=False).learners(learner_class=rllib_class).build_backend(spaces=spaces)
+    theirs = config.copy(copy_frozen=False).learners(learner_class=rllib_class).build_learner(spaces=spaces)
     exact = (
         config.copy(copy_frozen=False)
         .learners(learner_class=unfused(type(ours)))
-        .build_backend(spaces=spaces)
+        .build_learner(spaces=spaces)
     )
     for learner in (theirs, exact):
         learner.set_state(ours.get_state())
@@ -408,7 +408,7 @@ def test_the_lean_update_is_rllibs_update_with_its_metrics_logged_once(name: str
     buffer.add([chunk for call in chunks for chunk in call])
     env = gym.make("Pendulum-v1" if name == "sac_pendulum" else "CartPole-v1")
     spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
-    lean, full = config.build_backend(spaces=spaces), config.build_backend(spaces=spaces)
+    lean, full = config.build_learner(spaces=spaces), config.build_learner(spaces=spaces)
     full.set_state(lean.get_state())
     assert lean.lean_update_refusal() is None
     for learner in (lean, full):  # as after restoring optimizers saved with another rate

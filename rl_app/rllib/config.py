@@ -135,7 +135,8 @@ def _module_spec(
     space = observation_space(experiment.env)
     if is_image_space(space):
         if not algorithm_spec(experiment.algorithm).image_inputs:
-            takers = ", ".join(name for name, spec in ALGORITHMS.items() if spec.image_inputs)
+            *others, last = (name for name, spec in ALGORITHMS.items() if spec.image_inputs)
+            takers = f"{', '.join(others)} or {last}"
             raise ConfigError(
                 source,
                 f"algorithm: {experiment.algorithm} has no image-input model here "
