@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -78,20 +79,33 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
         assert not any(listeners(state) for state in states), listening
 
 
-def rl_app(args: list[str], cwd: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess[str]:
-    """``rl_app ARGS`` in a fresh process (as a user runs it), from ``cwd``."""
+def rl_app_environment(**env: str) -> dict[str, str]:
+    """This environment with the shipped experiments and no Ray address or token but ``env``'s."""
     environment = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments"), **env}
     for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS"):
         if name not in env:
             environment.pop(name, None)
+    return environment
+
+
+def rl_app(
+    args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``rl_app ARGS`` in a fresh process (as a user runs it), from ``cwd``."""
     return subprocess.run(
         [sys.executable, "-m", "rl_app", *args],
         cwd=cwd,
-        env=environment,
+        env=rl_app_environment(**(env or {})),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def start_rl_app(args: list[str], **popen: Any) -> subprocess.Popen[str]:
+    """``rl_app ARGS`` started in a fresh process, left running."""
+    command = [sys.executable, "-m", "rl_app", *args]
+    return subprocess.Popen(command, env=rl_app_environment(), text=True, **popen)
 
 
 def test_workers_join_a_bound_head_and_every_node_listens_where_it_says(nodes: Nodes, tmp_path: Path) -> None:
@@ -157,7 +171,7 @@ def test_train_against_a_cluster_without_its_token_is_one_line_within_5_s(
 ) -> None:
     env = {"RAY_AUTH_TOKEN": "not-the-token"} if token == "wrong" else {}
     began = time.monotonic()
-    result = rl_app(["train", "ppo_cartpole", "--address", nodes.head.gcs_address], cwd=tmp_path, **env)
+    result = rl_app(["train", "ppo_cartpole", "--address", nodes.head.gcs_address], cwd=tmp_path, env=env)
     took = time.monotonic() - began
     assert result.returncode == 2, result.stderr
     expected = {
@@ -214,16 +228,13 @@ def test_a_killed_worker_node_is_said_at_once_and_training_goes_on_at_the_surviv
     every iteration is in progress.csv once; the run finishes."""
     runs = tmp_path / "runs"
     command = [
-        sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--address", nodes.head.gcs_address,
+        "train", "ppo_cartpole", "--address", nodes.head.gcs_address,
         "--token-file", nodes.head.token_file, "--runs-dir", str(runs),
         "--set", "env_runners.num_env_runners=2", "--set", "evaluation.interval=0",
         "--set", "stop.return=100000", "--set", "stop.timesteps=100000000",
         "--set", "training.lr=0.0003",
     ]  # fmt: skip
-    environment = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
-    process = subprocess.Popen(
-        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    process = start_rl_app(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
         while not list(runs.glob("ppo_cartpole/*/progress.csv")):
@@ -315,15 +326,12 @@ def test_a_sweep_over_two_nodes_finishes_every_trial_when_one_node_dies(nodes: N
             nodes.rejoin(address)
     runs = tmp_path / "runs"
     command = [
-        sys.executable, "-m", "rl_app", "sweep", "ppo_cartpole_sweep", "--address", nodes.head.gcs_address,
+        "sweep", "ppo_cartpole_sweep", "--address", nodes.head.gcs_address,
         "--token-file", nodes.head.token_file, "--runs-dir", str(runs),
         "--set", "sweep.num_samples=2", "--set", "sweep.stop.timesteps=40000",
         "--set", "checkpoint.every=1", "--set", "env_runners.num_env_runners=0",
     ]  # fmt: skip
-    environment = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
-    process = subprocess.Popen(
-        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    process = start_rl_app(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
         while len({p.parent for p in runs.glob("ppo_cartpole_sweep/*/*/checkpoint_*")}) < 2:  # both trials
@@ -351,15 +359,12 @@ def test_a_run_whose_head_dies_resumes_from_its_storage_on_a_new_head(nodes: Nod
     Last in this module: it takes the fixture's head down."""
     shared, every = tmp_path / "shared", 4
     command = [
-        sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--address", nodes.head.gcs_address,
+        "train", "ppo_cartpole", "--address", nodes.head.gcs_address,
         "--token-file", nodes.head.token_file, "--runs-dir", str(tmp_path / "head-disk"),
         "--storage", str(shared), "--set", f"checkpoint.every={every}", "--set", "evaluation.interval=0",
         "--set", "stop.return=100000", "--set", "env_runners.num_env_runners=0",
     ]  # fmt: skip
-    environment = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
-    driver = subprocess.Popen(
-        command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    driver = start_rl_app(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
     while len(list(shared.glob("ppo_cartpole/*/checkpoints/iter_*/rl_app_checkpoint.json"))) < 2:
         assert driver.poll() is None, driver.communicate()[1]
