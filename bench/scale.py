@@ -32,6 +32,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from stats import interval_text, ratio_of_medians
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 RUNNERS = (1, 2, 4)
@@ -189,15 +191,15 @@ def markdown(results: dict[str, Any]) -> str:
         "ppo_cartpole training env steps/s (medians of "
         f"{results['iterations']} iterations); 2 cores: 4 runners oversubscribe both layouts.",
         "",
-        "| runners | one node (4 CPUs) | spread: head + 2 workers (2 CPUs each) | spread / one node "
+        "| runners | one node (4 CPUs) | spread: head + 2 workers (2 CPUs each) | spread / one node [95 % interval] "
         "| placed on |",
         "|---|---|---|---|---|",
     ]
     for n in RUNNERS:
         one, many = results["one_node"][str(n)], results["spread"][str(n)]
-        ratio = many["steps_per_s"] / one["steps_per_s"]
+        ratio = interval_text(ratio_of_medians(many["rates"], one["rates"]), digits=2, suffix="x")
         lines.append(
-            f"| {n} | {one['steps_per_s']:,.0f} | {many['steps_per_s']:,.0f} | {ratio:.2f}x "
+            f"| {n} | {one['steps_per_s']:,.0f} | {many['steps_per_s']:,.0f} | {ratio} "
             f"| {', '.join(many['runners_on'])} |"
         )
     lost = results["spread"]["lost_node"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,17 @@ def test_figures_beside_a_results_file_are_in_it(doc: str) -> None:
             if figure not in known and figure.replace(",", "") not in known:
                 strays.append(f"{figure} (citing {', '.join(names)}): {block[:80]!r}")
     assert strays == [], "\n".join(strays)
+
+
+def test_quoted_results_blocks_are_their_files() -> None:
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import render_docs
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    quoted = 0
+    for doc in render_docs.DOCS:
+        text = (REPO / doc).read_text()
+        quoted += len(render_docs.QUOTE.findall(text))
+        assert render_docs.rendered(text) == text, f"{doc}: run python bench/render_docs.py"
+    assert quoted >= 2
