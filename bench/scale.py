@@ -191,8 +191,8 @@ def markdown(results: dict[str, Any]) -> str:
         "ppo_cartpole training env steps/s (medians of "
         f"{results['iterations']} iterations); 2 cores: 4 runners oversubscribe both layouts.",
         "",
-        "| runners | one node (4 CPUs) | spread: head + 2 workers (2 CPUs each) | spread / one node [95 % interval] "
-        "| placed on |",
+        "| runners | one node (4 CPUs) | spread: head + 2 workers (2 CPUs each) "
+        "| spread / one node [95 % interval] | placed on |",
         "|---|---|---|---|---|",
     ]
     for n in RUNNERS:
