@@ -32,10 +32,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from common import write_results
 from stats import interval_text, ratio_of_medians
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 RUNNERS = (1, 2, 4)
 
 # One measurement in a fresh driver process: (layout address or "", runners, iterations) -> JSON.
@@ -244,12 +244,7 @@ def main() -> int:
     print("spread over loopback nodes ...", file=sys.stderr, flush=True)
     results["spread"] = {str(k): v for k, v in spread(args.iterations, env).items()}
     results["wall_s"] = round(time.monotonic() - began, 1)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"scale-{results['date']}"
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(results))
-    print(markdown(results))
-    print(f"wrote {out}.json and .md")
+    write_results(f"scale-{results['date']}", results, markdown(results))
     return 0
 
 

@@ -135,6 +135,18 @@ def test_a_running_job_is_listed_and_can_be_stopped(
     assert str(jobs.get_job_status(job_id)) == "STOPPED"
 
 
+def test_jobs_find_the_token_where_train_does(
+    cluster: ClusterState, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$RAY_AUTH_TOKEN_PATH, as `train --address` reads it (the cluster's own state is elsewhere)."""
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", cluster.token_file)
+    assert main(["jobs", "list", "--address", cluster.address]) == 0, capsys.readouterr().err
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
+    assert main(["jobs", "list", "--address", cluster.address]) == 2
+    assert "no token was sent" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("case", "message"),
     [

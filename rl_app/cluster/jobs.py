@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from rl_app.cluster.nodes import DEFAULT_STATE_DIR, read_state, read_token
+from rl_app.cluster.nodes import DEFAULT_STATE_DIR, find_token, read_state
 from rl_app.console.tables import Column, fitted_table, output_console
 from rl_app.errors import UserError, first_line
 
@@ -49,13 +49,7 @@ def connection(address: str | None, token_file: str | None) -> Connection:
     scheme = urlsplit(address).scheme
     if scheme not in ("http", "https"):
         raise UserError(f"job address '{address}': scheme must be http:// or https:// (the Ray dashboard)")
-    token = None
-    if token_file:
-        token = read_token(token_file)
-    elif os.environ.get("RAY_AUTH_TOKEN"):
-        token = os.environ["RAY_AUTH_TOKEN"].strip()
-    elif state is not None and address.rstrip("/") == state.address:
-        token = read_token(state.token_file)
+    token = find_token(address.rstrip("/"), token_file).value
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return Connection(address.rstrip("/"), headers)
 
@@ -76,7 +70,7 @@ def _check_cluster(conn: Connection) -> None:
         said = "no token was sent" if not conn.headers else "the token was refused"
         raise UserError(
             f"the cluster at {conn.address} requires token authentication and {said} "
-            "(--token-file FILE or $RAY_AUTH_TOKEN)"
+            "(--token-file FILE, $RAY_AUTH_TOKEN or $RAY_AUTH_TOKEN_PATH)"
         )
     if response.status_code != 200:
         raise UserError(

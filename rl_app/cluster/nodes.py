@@ -79,10 +79,10 @@ class Token:
     looked_in: str  # every place looked, for the message when there is none
 
 
-def find_token(gcs_address: str | None, token_file: str | None, state_dir: Path = DEFAULT_STATE_DIR) -> Token:
-    """The token for the cluster at ``gcs_address``: ``token_file``, else $RAY_AUTH_TOKEN, else
-    $RAY_AUTH_TOKEN_PATH, else the token of the head ``cluster up`` started from ``state_dir`` (or
-    a head joined from there) when ``gcs_address`` is that head's."""
+def find_token(address: str | None, token_file: str | None, state_dir: Path = DEFAULT_STATE_DIR) -> Token:
+    """The token for the cluster at ``address`` (its GCS, or its dashboard URL): ``token_file``,
+    else $RAY_AUTH_TOKEN, else $RAY_AUTH_TOKEN_PATH, else the token of the head ``cluster up``
+    started from ``state_dir`` (or a head joined from there) when ``address`` is that head's."""
     places = "--token-file, $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH, " + str(state_dir / "auth_token")
     if token_file:
         return Token(read_token(token_file), token_file, places)
@@ -92,7 +92,7 @@ def find_token(gcs_address: str | None, token_file: str | None, state_dir: Path 
         path = os.environ["RAY_AUTH_TOKEN_PATH"]
         return Token(read_token(path), f"$RAY_AUTH_TOKEN_PATH ({path})", places)
     for state in [read_state(state_dir), *read_workers(state_dir)]:
-        if state is not None and gcs_address in (None, state.gcs_address):
+        if state is not None and address in (None, state.gcs_address, state.address):
             return Token(read_token(state.token_file), state.token_file, places)
     return Token(None, "", places)
 
