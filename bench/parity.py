@@ -30,7 +30,6 @@ from typing import Any
 from stats import interval_text, median_interval, paired_difference
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 THREADS = 2
 EVAL_EPISODES = 10
 EVAL_SEED = 1000
@@ -271,12 +270,9 @@ def main() -> int:
                 print(f"{name}: {side}, seed {seed}", file=sys.stderr, flush=True)
                 runs[side].append({"seed": seed, **run_side(side, case, seed)})
         results["cases"][name] = {"case": asdict(case), "runs": runs, "summary": summarize(case, runs)}
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"parity-{stamp}"
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(results))
-    print(markdown(results))
-    print(f"wrote {out}.json and .md")
+    from common import write_results
+
+    write_results(f"parity-{stamp}", results, markdown(results))
     return 0
 
 
