@@ -36,7 +36,8 @@ else
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(ENV_DIR)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-envs.txt -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	@# setuptools' "Editable installation" notice is a box of asterisks on every fresh setup
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet --no-deps -e .
 endif
 	@touch $(STAMP)
 

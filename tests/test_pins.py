@@ -73,3 +73,16 @@ def test_installed_versions_match_pins() -> None:
     for name, requirement in runtime.items():
         installed = metadata.version(name)
         assert requirement.specifier.contains(installed.split("+")[0]), f"{name} {installed} vs {requirement}"
+
+
+def test_make_setups_editable_install_prints_nothing() -> None:
+    """Its own line of the Makefile, run again here (without build isolation: no download)."""
+    import subprocess
+    import sys
+
+    makefile = (REPO / "Makefile").read_text().splitlines()
+    (line,) = [text.strip() for text in makefile if text.strip().endswith("--no-deps -e .")]
+    command = f"{line.replace('$(BIN)/python', sys.executable)} --no-build-isolation"
+    result = subprocess.run(command, shell=True, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout + result.stderr == ""

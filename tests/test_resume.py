@@ -175,7 +175,7 @@ def test_init_from_starts_a_new_run_from_weights(finished_run: Path, tmp_path: P
     [
         ("missing", "does not exist"),
         ("no_marker", "no complete checkpoint"),
-        ("truncated", "corrupt or truncated"),
+        ("truncated", "no complete checkpoint whose files are as written"),
     ],
 )
 def test_damaged_runs_are_refused_with_one_line(
@@ -195,8 +195,42 @@ def test_damaged_runs_are_refused_with_one_line(
     with pytest.raises(UserError, match=message) as caught:
         train(None, ["stop.iterations=3"], resume=str(run_dir), runs_root=tmp_path)
     assert "\n" not in str(caught.value)
-    if run_dir.exists() and damage != "truncated":
+    if run_dir.exists():
         assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_damaged_newest_checkpoint_is_kept_aside_and_the_one_before_resumes(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    from rich.console import Console
+
+    from rl_app.policy.evaluate import evaluate
+
+    run_dir = tmp_path / "ppo_cartpole" / "bit_rot"
+    shutil.copytree(finished_run, run_dir)
+    older, newest = list_checkpoints(run_dir)[-2:]
+    state = newest / "learner_group" / "learner" / "state.pkl"
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit, the size unchanged: RLlib would load it without a word
+    state.write_bytes(bytes(data))
+    damaged = {p.relative_to(newest): p.read_bytes() for p in newest.rglob("*") if p.is_file()}
+
+    console = Console(record=True, width=400)
+    report = evaluate(str(run_dir), episodes=1, runs_root=tmp_path, console=console)
+    assert report["checkpoint"] == str(older)
+    assert f"{newest.name} is damaged (learner_group/learner/state.pkl differs" in console.export_text()
+    with pytest.raises(UserError, match=f"{newest.name}' is damaged"):
+        evaluate(str(newest), episodes=1, runs_root=tmp_path)  # named explicitly: refused
+
+    summary = train(None, ["stop.iterations=3"], resume=str(run_dir), runs_root=tmp_path, console=console)
+    text = console.export_text()
+    kept = newest.with_name(f"{newest.name}.damaged")
+    assert f"kept aside as {kept.name}; using {older.name}" in text
+    assert f"Resumed from {older.name}" in text
+    assert read_info(older).iteration == 1
+    assert summary.status == "finished" and iterations(run_dir) == [1, 2, 3]  # iteration 2 done again
+    assert {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*") if p.is_file()} == damaged
+    assert newest.name in {c.name for c in list_checkpoints(run_dir)}  # written again, sound this time
 
 
 @pytest.mark.parametrize(

@@ -185,6 +185,26 @@ def test_library_messages_go_to_the_run_log_not_the_console(shipped: Path, tmp_p
     assert loud.returncode == 0 and "new API stack" in loud.stderr
 
 
+def test_mujocos_warning_from_the_env_check_goes_to_the_run_log(shipped: Path, tmp_path: Path) -> None:
+    """MuJoCo warns (about Gymnasium's HalfCheetah XML) when the first env is made, which for
+    ``train`` is the check before Ray starts, and for ``show`` the env made for its spaces."""
+    import subprocess
+    import sys
+
+    rl_app = [sys.executable, "-m", "rl_app"]
+    shown = subprocess.run([*rl_app, "show", "sac_halfcheetah"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and shown.stderr == "", shown.stderr
+    assert "settotalmass" not in shown.stdout
+    trained = subprocess.run(
+        [*rl_app, "train", "sac_halfcheetah", "--runs-dir", str(tmp_path), "--set", "stop.iterations=1"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert trained.returncode == 0 and trained.stderr == "", trained.stderr
+    assert "settotalmass" not in trained.stdout
+    (run_dir,) = (tmp_path / "sac_halfcheetah").iterdir()
+    assert "settotalmass" in (run_dir / "rl_app.log").read_text()
+
+
 SESSION_TASK_EVENTS = """
 import ray
 from rl_app.cluster.session import ray_session
@@ -257,3 +277,26 @@ def test_short_iterations_print_a_line_a_second_and_every_evaluation(monkeypatch
         tenths[0] += 1
     printed = [int(line.split()[0]) for line in out.getvalue().splitlines()]
     assert printed == [1, 11, 15, 25]
+
+
+def test_an_iteration_without_an_episode_shows_the_latest_return_carried_forward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+    import math
+    import time
+
+    from rich.console import Console
+
+    from rl_app.console.progress import ProgressPrinter
+    from rl_app.runs.progress import IterationMetrics
+
+    seconds = [0]
+    monkeypatch.setattr(time, "monotonic", lambda: seconds[0])
+    out = io.StringIO()
+    printer = ProgressPrinter(Console(file=out, width=120, color_system=None), None, None)
+    for i, returned in enumerate([math.nan, 20.0, math.nan, math.nan, 31.5], start=1):
+        printer.iteration(IterationMetrics(i, 256 * i, 0, returned, 0, 0, 0, math.nan, 2560.0, 0.1, i))
+        seconds[0] += 2  # slow iterations: each gets its line
+    cells = [line[20:28] for line in out.getvalue().splitlines()]
+    assert cells == ["     n/a", "    20.0", "~   20.0", "~   20.0", "    31.5"]

@@ -32,8 +32,10 @@ def list_experiments(console: Console | None = None) -> None:
 def show_experiment(name: str, overrides: list[str] | tuple[str, ...] = ()) -> None:
     """Print the fully resolved config: schema defaults + YAML + overrides + RLlib defaults."""
     from rl_app.cluster.resources import local_cpu_count, local_gpu_count, plan_resources
+    from rl_app.library_logs import capture_rllib_logs
     from rl_app.training.backends import prepare_backend
 
+    capture_rllib_logs()  # the env made for its spaces, RLlib's config: their warnings are not ours
     loaded = load_experiment(name, overrides)
     plan = plan_resources(loaded.config, local_cpu_count(), local_gpu_count())
     resolved, _ = prepare_backend(loaded.config, plan, loaded.source)

@@ -30,7 +30,8 @@ MIN_SECONDS_BETWEEN_LINES = 1.0
 
 class ProgressPrinter:
     """Prints a line per iteration (iteration, timesteps, return, steps/s, elapsed, ETA), at most
-    one a second; an iteration with an evaluation always gets its line."""
+    one a second; an iteration with an evaluation always gets its line. progress.csv keeps NaN
+    where no episode ended; only this line carries the latest return forward."""
 
     def __init__(self, console: Console, stop_timesteps: int | None, stop_time_s: float | None):
         self.console = console
@@ -38,6 +39,9 @@ class ProgressPrinter:
         self.stop_time_s = stop_time_s
         self.started = time.monotonic()
         self._last_line: float | None = None
+        # Episodes longer than an iteration leave most iterations without a return of their
+        # own; the line shows the latest one, marked "~" and dimmed as carried forward.
+        self._latest_return = math.nan
 
     def eta_s(self, metrics: IterationMetrics) -> float:
         remaining = []
@@ -53,14 +57,22 @@ class ProgressPrinter:
             "[bold] iter   timesteps     return   eval ret   steps/s   elapsed      ETA[/bold]"
         )
 
+    def _return_cell(self, value: float) -> str:
+        if math.isnan(value) and not math.isnan(self._latest_return):
+            return f"[dim]~{self._latest_return:7.1f}[/dim]"
+        if not math.isnan(value):
+            self._latest_return = value
+        return _fmt_return(value)
+
     def iteration(self, metrics: IterationMetrics) -> None:
+        returned = self._return_cell(metrics.return_mean)
         now = time.monotonic()
         recent = self._last_line is not None and now - self._last_line < MIN_SECONDS_BETWEEN_LINES
         if recent and math.isnan(metrics.eval_return_mean):
             return
         self._last_line = now
         self.console.print(
-            f"{metrics.iteration:5d} {metrics.timesteps:11,d}   {_fmt_return(metrics.return_mean)}"
+            f"{metrics.iteration:5d} {metrics.timesteps:11,d}   {returned}"
             f"   {_fmt_return(metrics.eval_return_mean)} {metrics.steps_per_s:9,.0f}"
             f"   {_fmt_duration(metrics.elapsed_s):>7}  {_fmt_duration(self.eta_s(metrics)):>7}",
             highlight=False,

@@ -4,6 +4,7 @@ and output to a file or a pipe is as wide as the table needs."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Console, JustifyMethod
@@ -20,6 +21,11 @@ class Column:
 def output_console() -> Console:
     """The terminal's width on a terminal; unlimited in files and pipes (rich would wrap or cut at 80)."""
     return Console(highlight=False, width=None if sys.stdout.isatty() else 1_000)
+
+
+def warner(console: Console) -> Callable[[str], None]:
+    """Prints what it is given as a warning line on ``console``."""
+    return lambda text: console.print(f"[yellow]warning:[/yellow] {text}")
 
 
 def fitted_table(title: str, columns: list[Column], rows: list[list[str]], width: int) -> Table:

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from rl_app.config import EnvSection
-from rl_app.console.tables import output_console
+from rl_app.console.tables import output_console, warner
 from rl_app.runs.files import write_json
 from rl_app.runs.layout import checkpoint_experiment, is_run_dir
 from rl_app.runs.remote import open_checkpoint
@@ -117,7 +117,7 @@ def evaluate(
     if not verbose:
         capture_rllib_logs()
     console = console or output_console()
-    checkpoint, info = open_checkpoint(location, runs_root, allow_version_mismatch)
+    checkpoint, info = open_checkpoint(location, runs_root, allow_version_mismatch, warn=warner(console))
     env_spec = _env_of(checkpoint, info.env)
     run_dir = checkpoint.parent.parent
     out_dir = run_dir if is_run_dir(run_dir) else checkpoint

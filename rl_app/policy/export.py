@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from rl_app.console.tables import output_console
+from rl_app.console.tables import output_console, warner
 from rl_app.errors import UserError
 from rl_app.policy import EXPORT_FORMAT_VERSION
 from rl_app.runs.files import write_json
@@ -80,7 +80,7 @@ def export_policy(
     if not verbose:
         capture_rllib_logs()
     console = console or output_console()
-    checkpoint, info = open_checkpoint(location, runs_root, allow_version_mismatch)
+    checkpoint, info = open_checkpoint(location, runs_root, allow_version_mismatch, warn=warner(console))
     out_dir = out_dir or checkpoint.parent.parent / "export"
     target = out_dir / FILENAMES[fmt]
     policy = load_policy(checkpoint)

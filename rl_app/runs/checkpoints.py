@@ -2,9 +2,10 @@
 
 A checkpoint is ``checkpoints/iter_NNNNNN/`` (or a folder Tune hands a sweep trial): what
 the training loop writes into it (RLlib's checkpoint, the replay buffer, our loop state)
-and our marker ``rl_app_checkpoint.json`` (iteration, timesteps, returns, algorithm),
-written last, so only a checkpoint that has it is complete, on local disk and on remote
-storage alike.
+and our marker ``rl_app_checkpoint.json`` (iteration, timesteps, returns, algorithm, and
+the size and CRC-32 of every other file), written last, so only a checkpoint that has it is
+complete, on local disk and on remote storage alike, and one whose files changed after it
+was written (bit rot, a bad copy) is known as damaged before anything tries to load it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,10 +24,20 @@ from rl_app.errors import UserError
 
 CHECKPOINT_NAME = re.compile(r"^iter_(\d{6,})$")
 MARKER = "rl_app_checkpoint.json"
+# A damaged checkpoint is renamed to this (never deleted), which no listing takes for a checkpoint.
+SET_ASIDE_SUFFIX = ".damaged"
 
 
 class CheckpointError(UserError):
     """A checkpoint that is missing, incomplete, corrupt or for something else."""
+
+
+class DamagedCheckpoint(CheckpointError):
+    """A complete checkpoint whose marker is unreadable or whose files are not those it lists."""
+
+    def __init__(self, checkpoint: Path, detail: str) -> None:
+        super().__init__(f"checkpoint '{checkpoint}' is damaged: {detail}")
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,7 @@ def read_info(checkpoint: Path) -> CheckpointInfo:
             f"checkpoint '{checkpoint}' is incomplete or not an rl_app checkpoint (no {MARKER})"
         ) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint '{checkpoint}' is corrupt: {MARKER} unreadable ({exc})") from None
+        raise DamagedCheckpoint(checkpoint, f"{MARKER} unreadable ({exc})") from None
 
 
 def is_complete(checkpoint: Path) -> bool:
@@ -132,9 +144,83 @@ def checkpoints_to_keep(infos: dict[str, CheckpointInfo], keep: int) -> set[str]
     return kept
 
 
+def _files(folder: Path) -> Iterator[tuple[str, Path]]:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != MARKER:
+            yield path.relative_to(folder).as_posix(), path
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
 def write_marker(folder: Path, info: CheckpointInfo) -> None:
-    """Mark ``folder`` as a complete checkpoint: call this after everything else is written."""
-    (folder / MARKER).write_text(json.dumps(asdict(info), indent=2) + "\n")
+    """Mark ``folder`` as a complete checkpoint: call this after everything else is written.
+    The marker lists every file with its size and CRC-32, which :func:`verify_checkpoint` checks."""
+    files = {name: [path.stat().st_size, _crc32(path)] for name, path in _files(folder)}
+    (folder / MARKER).write_text(json.dumps({**asdict(info), "files": files}, indent=2) + "\n")
+
+
+def verify_checkpoint(checkpoint: Path) -> None:
+    """DamagedCheckpoint naming the first file that is missing or differs from when the marker was
+    written. Markers older than the file list are taken as they are (loading is their check)."""
+    read_info(checkpoint)
+    files = json.loads((checkpoint / MARKER).read_text()).get("files")
+    if not isinstance(files, dict):
+        return
+    for name, (size, crc) in files.items():
+        path = checkpoint / name
+        if not path.is_file():
+            raise DamagedCheckpoint(checkpoint, f"{name} is missing")
+        actual = path.stat().st_size
+        if actual != size:
+            raise DamagedCheckpoint(checkpoint, f"{name} has {actual:,} bytes, {size:,} when written")
+        if _crc32(path) != crc:
+            raise DamagedCheckpoint(checkpoint, f"{name} differs from when it was written (CRC-32)")
+
+
+def set_aside(checkpoint: Path) -> Path:
+    """Rename a damaged checkpoint out of the listing (``iter_000010.damaged``, ``.damaged-2``, ...)."""
+    target = checkpoint.with_name(checkpoint.name + SET_ASIDE_SUFFIX)
+    count = 1
+    while target.exists():
+        count += 1
+        target = checkpoint.with_name(f"{checkpoint.name}{SET_ASIDE_SUFFIX}-{count}")
+    os.replace(checkpoint, target)
+    return target
+
+
+def newest_sound_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest complete checkpoint of a run whose files are as written, and the newer ones
+    that are damaged, each with why (newest first)."""
+    damaged = []
+    for checkpoint in reversed(list_checkpoints(run_dir)):
+        try:
+            verify_checkpoint(checkpoint)
+        except DamagedCheckpoint as exc:
+            damaged.append((checkpoint, exc.detail))
+            continue
+        return checkpoint, damaged
+    return None, damaged
+
+
+def fallback_note(
+    chosen: Path | None, damaged: list[tuple[Path, str]], kept_aside: dict[Path, Path] | None = None
+) -> str:
+    """One line on the damaged checkpoints passed over (and where each was kept aside), and the one
+    used instead."""
+    moved = kept_aside or {}
+    parts = [
+        f"{checkpoint.name} is damaged ({why})"
+        + (f", kept aside as {moved[checkpoint].name}" if checkpoint in moved else "")
+        for checkpoint, why in damaged
+    ]
+    using = f"using {chosen.name}, the newest whose files are as written" if chosen else "none other to use"
+    return f"{'; '.join(parts)}; {using}"
 
 
 def save_checkpoint(
@@ -162,19 +248,26 @@ def save_checkpoint(
     return final, pruned
 
 
-def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder from a checkpoint, a run folder (its latest complete checkpoint) or a
-    sweep trial folder (its best complete checkpoint)."""
+def resolve_checkpoint(path: Path, warn: Callable[[str], None] | None = None) -> Path:
+    """A checkpoint folder from a checkpoint, a run folder (its newest complete checkpoint whose
+    files are as written; ``warn`` hears of damaged newer ones) or a sweep trial folder (its best
+    complete checkpoint)."""
     if not path.exists():
         raise CheckpointError(f"'{path}' does not exist (expected a run folder or a checkpoint)")
     if (path / MARKER).exists() or CHECKPOINT_NAME.match(path.name):
-        read_info(path)
+        verify_checkpoint(path)  # named explicitly: a damaged one is refused, not replaced
         return path
     if (path / "metadata.json").is_file() or checkpoints_dir(path).is_dir():
-        latest = latest_checkpoint(path)
-        if latest is None:
-            raise CheckpointError(_no_checkpoint_yet(path))
-        return latest
+        chosen, damaged = newest_sound_checkpoint(path)
+        if damaged and warn is not None:
+            warn(fallback_note(chosen, damaged))
+        if chosen is None:
+            raise CheckpointError(
+                f"run '{path}' has no checkpoint whose files are as written ({damaged[0][1]})"
+                if damaged
+                else _no_checkpoint_yet(path)
+            )
+        return chosen
     trial_checkpoints = [p for p in path.glob("checkpoint_*") if (p / MARKER).is_file()]
     if trial_checkpoints:  # a sweep trial: Tune's checkpoint_NNNNNN folders, with our marker
         infos = {p: read_info(p) for p in trial_checkpoints}

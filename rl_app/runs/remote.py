@@ -147,22 +147,26 @@ def open_run(location: str, runs_root: Path) -> tuple[Path, StorageFolder | None
 
 
 def open_checkpoint(
-    location: str, runs_root: Path, allow_version_mismatch: bool = False
+    location: str,
+    runs_root: Path,
+    allow_version_mismatch: bool = False,
+    warn: Callable[[str], None] | None = None,
 ) -> tuple[Path, CheckpointInfo]:
     """The checkpoint at ``location`` (see :func:`locate_checkpoint`) and its marker, refused when
     another Ray version wrote it (unless ``allow_version_mismatch``)."""
-    checkpoint = locate_checkpoint(location, runs_root)
+    checkpoint = locate_checkpoint(location, runs_root, warn)
     info = read_info(checkpoint)
     check_ray_version(checkpoint, info, allow_version_mismatch)
     return checkpoint, info
 
 
-def locate_checkpoint(location: str, runs_root: Path) -> Path:
-    """A checkpoint from a run folder, a checkpoint folder, or a run's storage URI."""
+def locate_checkpoint(location: str, runs_root: Path, warn: Callable[[str], None] | None = None) -> Path:
+    """A checkpoint from a run folder, a checkpoint folder, or a run's storage URI; ``warn`` hears
+    of a run's damaged checkpoints passed over."""
     if is_uri(location):
         run_dir, _ = open_run(location, runs_root)
-        return resolve_checkpoint(run_dir)
-    return resolve_checkpoint(Path(location))
+        return resolve_checkpoint(run_dir, warn)
+    return resolve_checkpoint(Path(location), warn)
 
 
 class RunMirror:

@@ -149,8 +149,11 @@ def run_sweep(
 
     from rl_app.cluster.resources import plan_trial_resources
     from rl_app.cluster.session import ray_session
-    from rl_app.library_logs import write_library_logs
+    from rl_app.library_logs import capture_library_logs, write_library_logs
     from rl_app.sweep.tuner import new_tuner, restored_tuner
+
+    if not verbose:
+        capture_library_logs()  # before the env check makes the first env (MuJoCo warns then)
 
     # Save Tune's sweep state every 2 s (default: 10 s): a killed driver loses at most that much.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")

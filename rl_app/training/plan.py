@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,14 @@ from rl_app.config import ExperimentConfig, load_experiment, validate_experiment
 from rl_app.config.data import apply_overrides
 from rl_app.config.loader import read_yaml
 from rl_app.errors import ConfigError, UserError
-from rl_app.runs.checkpoints import CheckpointError, check_ray_version, latest_checkpoint, read_info
+from rl_app.runs.checkpoints import (
+    CheckpointError,
+    check_ray_version,
+    fallback_note,
+    newest_sound_checkpoint,
+    read_info,
+    set_aside,
+)
 from rl_app.runs.files import read_json
 from rl_app.runs.layout import EXPERIMENT_FILE, as_trained, check_runs_root, experiment_dict
 from rl_app.runs.remote import StorageFolder, open_checkpoint, open_run
@@ -47,6 +54,7 @@ class Plan:
     mirror: StorageFolder | None = None
     resume_checkpoint: Path | None = None
     init_checkpoint: Path | None = None
+    warnings: list[str] = field(default_factory=list)  # said when the run starts
 
 
 def check_experiment_env(experiment: ExperimentConfig, source: str) -> None:
@@ -74,9 +82,10 @@ def plan_resume(
     saved_file = run_dir / EXPERIMENT_FILE
     saved_data = as_trained(run_dir, read_yaml(saved_file))
     saved = validate_experiment(saved_data, str(saved_file))
-    checkpoint = latest_checkpoint(run_dir)
+    checkpoint, damaged = newest_sound_checkpoint(run_dir)
     if checkpoint is None:
-        raise CheckpointError(f"run '{location}' has no complete checkpoint to resume from")
+        why = f" whose files are as written ({damaged[0][1]})" if damaged else ""
+        raise CheckpointError(f"run '{location}' has no complete checkpoint{why} to resume from")
     info = read_info(checkpoint)
     check_ray_version(checkpoint, info, allow_version_mismatch)
     run_name = str(meta.get("experiment", run_dir.parent.name))
@@ -99,6 +108,9 @@ def plan_resume(
             f"{'; ...' if len(changed) > 3 else ''}); pass --force-config to resume with the new one"
         )
     check_experiment_env(candidate, source)
+    # Every check passed: only now are the damaged ones renamed out of the way (never deleted),
+    # so the checkpoints this run writes next are not confused with them.
+    kept_aside = {damage: set_aside(damage) for damage, _ in damaged}
     return Plan(
         name=name or run_name,
         experiment=candidate,
@@ -108,6 +120,7 @@ def plan_resume(
         run_dir=run_dir,
         mirror=mirror,
         resume_checkpoint=checkpoint,
+        warnings=[fallback_note(checkpoint, damaged, kept_aside)] if damaged else [],
     )
 
 
@@ -124,7 +137,7 @@ def plan_new_run(
     check_experiment_env(experiment, loaded.source)
     plan = Plan(loaded.name, experiment, loaded.source, loaded.path, loaded.overrides)
     if init_from is not None:
-        checkpoint, info = open_checkpoint(init_from, runs_root, allow_version_mismatch)
+        checkpoint, info = open_checkpoint(init_from, runs_root, allow_version_mismatch, plan.warnings.append)
         if (info.algorithm, info.env) != (experiment.algorithm, experiment.env.id):
             raise CheckpointError(
                 f"--init-from {init_from}: checkpoint is {info.algorithm} on {info.env}, "

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from rl_app.algorithms import algorithm_spec
 from rl_app.config import ExperimentConfig
-from rl_app.console.tables import output_console
+from rl_app.console.tables import output_console, warner
 from rl_app.errors import UserError, first_line
 from rl_app.runs.checkpoints import (
     CheckpointError,
@@ -259,10 +259,12 @@ def train(
     """Train experiment ``name`` (or resume run ``resume``); return the summary."""
     from rl_app.cluster.resources import plan_resources
     from rl_app.cluster.session import ray_session, this_machine
-    from rl_app.library_logs import library_log_note, write_library_logs
+    from rl_app.library_logs import capture_library_logs, library_log_note, write_library_logs
     from rl_app.rllib.config import algorithm_build_modules
     from rl_app.runs.storage import open_storage
 
+    if not verbose:
+        capture_library_logs()  # before the env check makes the first env (MuJoCo warns then)
     console = console or output_console()
     overrides = tuple(overrides)
     if storage:
@@ -337,11 +339,7 @@ def train(
                 loop.backend.warm_start(plan.init_checkpoint)
                 console.print(f"Weights initialised from {plan.init_checkpoint}")
             printer = ProgressPrinter(console, experiment.stop.timesteps, experiment.stop.time_s)
-            syncing = (
-                RunMirror(mirror, lambda text: console.print(f"[yellow]warning:[/yellow] {text}"))
-                if mirror
-                else None
-            )
+            syncing = RunMirror(mirror, warner(console)) if mirror else None
             training_run = TrainingRun(loop, run_dir, printer, syncing, start)
             after_ray.callback(training_run.complete)
             summary = training_run.run()
@@ -365,6 +363,8 @@ def _print_start(
     )
     console.print(f"Resources: {resources}")
     console.print(f"Run folder: {run_dir}" + (f" (mirrored to {mirror.describe()})" if mirror else ""))
+    for text in plan.warnings:
+        warner(console)(text)
 
 
 def _print_summary(console: Console, summary: RunSummary) -> None:
