@@ -7,11 +7,15 @@ folder once it exists, errors still reach stderr, and Python warnings go with th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import sys
+import tempfile
 import warnings
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 LOG_FILE = "rl_app.log"
@@ -20,6 +24,8 @@ LOG_FILE = "rl_app.log"
 # MuJoCo's (rl_app.envs.factory routes them there).
 LIBRARY_LOGGERS = ("ray", "torch", "py.warnings", "mujoco")
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# A line of Ray's C++ log ("[2026-12-06 20:21:47,583 E 1913 1913] core_worker.cc:2465: ...").
+NATIVE_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [DIWEF] \d+ \d+\] ")
 
 
 class _LibraryHandler(logging.Handler):
@@ -50,6 +56,7 @@ class _StderrHandler(logging.StreamHandler):
 
 
 _HANDLER = _LibraryHandler()
+_capturing = False  # capture_library_logs() was called: not --verbose
 _ERRORS = _StderrHandler()
 _ERRORS.setLevel(logging.ERROR)
 _ERRORS.setFormatter(logging.Formatter("%(name)s: %(message)s"))
@@ -58,6 +65,8 @@ _ERRORS.setFormatter(logging.Formatter("%(name)s: %(message)s"))
 def capture_library_logs() -> None:
     """Route the libraries' loggers to the log file (errors also to stderr). Call it again after
     importing Ray or RLlib: each adds a console handler of its own when first imported."""
+    global _capturing
+    _capturing = True
     logging.captureWarnings(True)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", module="gymnasium")
@@ -86,6 +95,39 @@ def capture_library_logs() -> None:
             logger.setLevel(logging.WARNING)
         else:  # e.g. RLlib's logger: its records go on to Ray's, and so to ours
             logger.propagate = True
+
+
+@contextlib.contextmanager
+def native_lines_to_log() -> Iterator[None]:
+    """While the block runs, the lines Ray's C++ core worker writes straight to this process's
+    stderr go to the library log, and any other stderr output is written back as it came.
+
+    RLlib passes every remote env runner its config as an object-store reference and asks for
+    restarts, which the core worker reports as an error line per runner made (Ray issue 53727:
+    a restart would fail once that object is lost; the driver holds it for the algorithm's life).
+    Without :func:`capture_library_logs` (``--verbose``) nothing is redirected."""
+    if not _capturing:
+        yield
+        return
+    with contextlib.suppress(ValueError, OSError):
+        sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ValueError, OSError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            native = logging.getLogger("ray.core_worker")
+            for line in sink.read().decode(errors="replace").splitlines():
+                if NATIVE_LINE.match(line):
+                    native.warning(line)
+                else:
+                    os.write(2, f"{line}\n".encode())
 
 
 def capture_rllib_logs() -> None:

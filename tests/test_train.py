@@ -185,6 +185,48 @@ def test_library_messages_go_to_the_run_log_not_the_console(shipped: Path, tmp_p
     assert loud.returncode == 0 and "new API stack" in loud.stderr
 
 
+def test_rays_native_line_about_remote_runners_goes_to_the_run_log(shipped: Path, tmp_path: Path) -> None:
+    """Ray's core worker writes an error line to the driver's stderr for each remote env runner
+    RLlib makes (its config is an object-store reference and restarts are asked for)."""
+    import subprocess
+    import sys
+
+    overrides = [*SMALL_PPO, "stop.iterations=1", "env_runners.num_env_runners=1"]
+    trained = subprocess.run(
+        [sys.executable, "-m", "rl_app", "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
+         *[arg for item in overrides for arg in ("--set", item)]],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert trained.returncode == 0 and trained.stderr == "", trained.stderr
+    (run_dir,) = (tmp_path / "ppo_cartpole").iterdir()
+    assert "has constructor arguments in the object store" in (run_dir / "rl_app.log").read_text()
+
+
+def test_native_lines_go_to_the_log_and_other_stderr_comes_back(capfd: pytest.CaptureFixture[str]) -> None:
+    import logging
+    import os
+
+    from rl_app import library_logs
+
+    class Held(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    records: list[logging.LogRecord] = []
+    native = logging.getLogger("ray.core_worker")
+    library_logs.capture_library_logs()
+    native.addHandler(held := Held())
+    try:
+        with library_logs.native_lines_to_log():
+            os.write(2, b"[2026-12-06 20:21:47,583 E 1913 1913] core_worker.cc:2465: Actor ...\n")
+            os.write(2, b"a line of someone else's\n")
+    finally:
+        native.removeHandler(held)
+    assert capfd.readouterr().err == "a line of someone else's\n"
+    assert [r.levelno for r in records] == [logging.WARNING]
+    assert records[0].getMessage().endswith("core_worker.cc:2465: Actor ...")
+
+
 def test_mujocos_warning_from_the_env_check_goes_to_the_run_log(shipped: Path, tmp_path: Path) -> None:
     """MuJoCo warns (about Gymnasium's HalfCheetah XML) when the first env is made, which for
     ``train`` is the check before Ray starts, and for ``show`` the env made for its spaces."""

@@ -15,6 +15,7 @@ from ray.rllib.core import (
 from rl_app.cluster.resources import ResourcePlan
 from rl_app.config import ExperimentConfig
 from rl_app.errors import error_detail, first_line
+from rl_app.library_logs import native_lines_to_log
 from rl_app.rllib.config import algorithm_config
 from rl_app.rllib.env_runner import RLAppEnvRunner
 from rl_app.rllib.replay import restore_replay_buffer, save_replay_buffer, seed_replay_buffer
@@ -31,7 +32,8 @@ MODULE_PATH = (COMPONENT_LEARNER_GROUP, COMPONENT_LEARNER, COMPONENT_RL_MODULE, 
 
 def build_algorithm(config: AlgorithmConfig) -> Algorithm:
     """``config.build_algo()``, with the replay buffer's sampling seeded too (see ``replay``)."""
-    algo = config.build_algo()
+    with native_lines_to_log():  # Ray's C++ line about each remote runner's config reference
+        algo = config.build_algo()
     seed_replay_buffer(algo, config.seed)
     return algo
 
