@@ -318,7 +318,7 @@ def raw_ceiling(experiment: Any, num_envs: int, steps: int) -> float:
     import gymnasium
 
     from rl_app.envs import make_env, make_native_vector_env
-    from rl_app.rllib.accel.runner import vectorizes_natively
+    from rl_app.rllib.config import vectorizes_natively
 
     if vectorizes_natively(experiment):
         envs = make_native_vector_env(experiment.env, num_envs)
@@ -378,9 +378,19 @@ def with_ray(function: Any, *args: Any) -> Any:
         shutdown_ray(local=True)
 
 
+def sampler_of(experiment: Any) -> str:
+    """Which runner samples ``experiment`` (RLlib's and why, when not ours), and its vector env."""
+    from rl_app.rllib.accel import plan_acceleration
+    from rl_app.rllib.config import vectorizes_natively
+
+    plan = plan_acceleration(experiment)
+    why = plan.off.get("runner") or plan.everything_off
+    runner = "rl_app's runner" if plan.uses("runner") else f"RLlib's runner ({why})"
+    return f"{runner}, {experiment.env.id}'s own vector env" if vectorizes_natively(experiment) else runner
+
+
 def throughput(steps: int) -> dict[str, Any]:
     from rl_app.config import load_experiment
-    from rl_app.rllib.accel.runner import describe_sampling
 
     rows: dict[str, Any] = {}
     # Pong steps ~50x slower than CartPole: fewer of them give as steady a figure.
@@ -396,7 +406,7 @@ def throughput(steps: int) -> dict[str, Any]:
         ceiling = raw_ceiling(config, config.env_runners.num_envs_per_env_runner, n)
         row = rows[experiment] = {
             "env": config.env.id,
-            "sampler": describe_sampling(config),
+            "sampler": sampler_of(config),
             "raw_single_process_steps_per_s": ceiling,
         }
         for runners in (0, 1, 2):
