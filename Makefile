@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: test-cluster bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
+.PHONY: test-cluster bench-before-after bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -135,6 +135,10 @@ bench-serve: setup ## rl_app serve vs Ray Serve vs a plain FastAPI endpoint: req
 
 bench-scale: setup ## env runners on one node vs spread over loopback nodes; bytes per iteration (~6 min)
 	$(BIN)/python bench/scale.py $(ARGS)
+
+bench-before-after: setup ## training speed of REV=<git revision> against this tree, in turn, fresh processes (~8 min)
+	@[ -n "$(REV)" ] || { echo "make bench-before-after: set REV=<git revision>, e.g. REV=HEAD~1"; exit 2; }
+	$(BIN)/python bench/before_after.py $(REV) $(ARGS)
 
 bench-parity: setup ## learning at equal env steps, rl_app vs SB3 on held-out seeds (CASES=..., long: see bench/README.md)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
