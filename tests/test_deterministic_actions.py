@@ -16,7 +16,7 @@ import pytest
 from test_sampling import runner_pair
 
 from rl_app.errors import UserError
-from rl_app.runs.checkpoints import list_checkpoints
+from rl_app.runs.checkpoints import list_checkpoints, read_info, write_marker
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -130,11 +130,13 @@ def sac_run(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Path
     os.environ["RL_APP_EXPERIMENTS_DIR"] = str(REPO / "experiments")
     root = tmp_path_factory.mktemp("runs")
     run_dir = train("sac_pendulum", ["stop.iterations=1", "evaluation.interval=0"], runs_root=root).run_dir
-    module_dir = list_checkpoints(run_dir)[-1].joinpath(*MODULE_PATH)
+    checkpoint = list_checkpoints(run_dir)[-1]
+    module_dir = checkpoint.joinpath(*MODULE_PATH)
     module = RLModule.from_checkpoint(str(module_dir))
     set_output(module, "pi", [MEANS[0], LOG_STD])
     shutil.rmtree(module_dir)
     module.save_to_path(str(module_dir))
+    write_marker(checkpoint, read_info(checkpoint))  # its files changed on purpose: list them again
     return run_dir
 
 
