@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import sys
-import tempfile
+import threading
 import warnings
 from collections import deque
 from collections.abc import Iterator
@@ -26,6 +26,8 @@ LIBRARY_LOGGERS = ("ray", "torch", "py.warnings", "mujoco")
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # A line of Ray's C++ log ("[2026-12-06 20:21:47,583 E 1913 1913] core_worker.cc:2465: ...").
 NATIVE_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [DIWEF] \d+ \d+\] ")
+# The one such line kept off the console (see native_lines_to_log).
+KNOWN_NATIVE_NOISE = "has constructor arguments in the object store"
 
 
 class _LibraryHandler(logging.Handler):
@@ -99,8 +101,8 @@ def capture_library_logs() -> None:
 
 @contextlib.contextmanager
 def native_lines_to_log() -> Iterator[None]:
-    """While the block runs, the lines Ray's C++ core worker writes straight to this process's
-    stderr go to the library log, and any other stderr output is written back as it came.
+    """While the block runs, Ray's C++ line about actor arguments in the object store goes to the
+    library log; everything else written to this process's stderr passes through as it comes.
 
     RLlib passes every remote env runner its config as an object-store reference and asks for
     restarts, which the core worker reports as an error line per runner made (Ray issue 53727:
@@ -111,23 +113,32 @@ def native_lines_to_log() -> Iterator[None]:
         return
     with contextlib.suppress(ValueError, OSError):
         sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(ValueError, OSError):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            native = logging.getLogger("ray.core_worker")
-            for line in sink.read().decode(errors="replace").splitlines():
-                if NATIVE_LINE.match(line):
-                    native.warning(line)
+    console = os.dup(2)
+    reading, writing = os.pipe()
+    os.dup2(writing, 2)
+    os.close(writing)
+    native = logging.getLogger("ray.core_worker")
+
+    def sort_lines() -> None:
+        with os.fdopen(reading, "rb") as lines:
+            for line in lines:
+                text = line.decode(errors="replace").rstrip("\n")
+                if NATIVE_LINE.match(text) and KNOWN_NATIVE_NOISE in text:
+                    native.warning(text)
                 else:
-                    os.write(2, f"{line}\n".encode())
+                    os.write(console, line)
+
+    sorter = threading.Thread(target=sort_lines, name="rl_app-native-stderr", daemon=True)
+    sorter.start()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError, OSError):
+            sys.stderr.flush()
+        os.dup2(console, 2)  # the pipe's last writer closed: the sorter reads to its end
+        sorter.join(timeout=5)
+        if not sorter.is_alive():  # else a child kept the pipe open: the sorter still writes there
+            os.close(console)
 
 
 def capture_rllib_logs() -> None:

@@ -89,3 +89,60 @@ def test_set_aside_renames_and_never_overwrites(tmp_path: Path) -> None:
     assert (first.name, again.name) == ("iter_000002.damaged", "iter_000002.damaged-2")
     assert (first / "learner" / "state.pkl").read_bytes() == contents
     assert list_checkpoints(tmp_path) == []  # set-aside folders are never taken for checkpoints
+
+
+def test_a_malformed_file_list_is_damage_not_a_traceback(tmp_path: Path) -> None:
+    checkpoint = make_checkpoint(tmp_path, 1)
+    marker = json.loads((checkpoint / MARKER).read_text())
+    marker["files"]["loop_state.pkl"] = "four bytes"
+    (checkpoint / MARKER).write_text(json.dumps(marker))
+    with pytest.raises(CheckpointError, match=r"lists loop_state\.pkl as 'four bytes'"):
+        verify_checkpoint(checkpoint)
+
+
+def test_a_checkpoint_pruned_while_it_is_checked_is_not_called_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from rl_app.runs import checkpoints
+
+    first, second = make_checkpoint(tmp_path, 1), make_checkpoint(tmp_path, 2)
+    real_verify = checkpoints.verify_checkpoint
+
+    def pruned_meanwhile(checkpoint: Path) -> None:
+        if checkpoint == second:  # the run writing it prunes it between listing and checking
+            shutil.rmtree(second)
+        real_verify(checkpoint)
+
+    monkeypatch.setattr(checkpoints, "verify_checkpoint", pruned_meanwhile)
+    assert newest_sound_checkpoint(tmp_path) == (first, [])
+
+
+def test_a_sweep_trial_gives_its_best_sound_checkpoint(tmp_path: Path) -> None:
+    trial = tmp_path / "trial"
+    best, other = trial / "checkpoint_000002", trial / "checkpoint_000001"
+    for folder, score in ((best, 9.0), (other, 5.0)):
+        (folder / "learner").mkdir(parents=True)
+        (folder / "learner" / "state.pkl").write_bytes(b"weights" * 100)
+        write_marker(folder, CheckpointInfo(1, 100, score, score, "PPO", "CartPole-v1", "x", False))
+    assert resolve_checkpoint(trial) == best
+    flip_one_bit(best / "learner" / "state.pkl")
+    heard: list[str] = []
+    assert resolve_checkpoint(trial, heard.append) == other
+    assert heard[0].endswith("using checkpoint_000001, the best whose files are as written")
+
+
+def test_pruning_keeps_a_checkpoint_whose_marker_is_unreadable(tmp_path: Path) -> None:
+    from rl_app.runs.checkpoints import save_checkpoint
+
+    broken = make_checkpoint(tmp_path, 1)
+    (broken / MARKER).write_text("{")
+
+    def write(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        info = CheckpointInfo(2, 200, math.nan, math.nan, "PPO", "CartPole-v1", "x", False)
+        write_marker(folder, info)
+
+    final, pruned = save_checkpoint(tmp_path, 2, keep=1, write=write)
+    assert final.name == "iter_000002" and pruned == [] and broken.is_dir()

@@ -218,13 +218,18 @@ def test_native_lines_go_to_the_log_and_other_stderr_comes_back(capfd: pytest.Ca
     native.addHandler(held := Held())
     try:
         with library_logs.native_lines_to_log():
-            os.write(2, b"[2026-12-06 20:21:47,583 E 1913 1913] core_worker.cc:2465: Actor ...\n")
+            os.write(2, b"[2026-12-06 20:21:47,583 E 1913 1913] core_worker.cc:2465: Actor with class ")
+            os.write(2, b"name: 'X' and ID: '01' has constructor arguments in the object store and ...\n")
             os.write(2, b"a line of someone else's\n")
+            os.write(2, b"[2026-12-06 20:21:48,001 F 1913 1913] raylet_client.cc:1: a real failure\n")
     finally:
         native.removeHandler(held)
-    assert capfd.readouterr().err == "a line of someone else's\n"
+    assert capfd.readouterr().err.splitlines() == [
+        "a line of someone else's",
+        "[2026-12-06 20:21:48,001 F 1913 1913] raylet_client.cc:1: a real failure",
+    ]
     assert [r.levelno for r in records] == [logging.WARNING]
-    assert records[0].getMessage().endswith("core_worker.cc:2465: Actor ...")
+    assert records[0].getMessage().endswith("has constructor arguments in the object store and ...")
 
 
 def test_mujocos_warning_from_the_env_check_goes_to_the_run_log(shipped: Path, tmp_path: Path) -> None:

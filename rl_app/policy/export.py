@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,10 @@ def export_policy(
     verbose: bool = False,
     allow_version_mismatch: bool = False,
     console: Console | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Path:
-    """Write ``policy.pt`` or ``policy.onnx`` and ``policy.json`` (spaces, algorithm, source)."""
+    """Write ``policy.pt`` or ``policy.onnx`` and ``policy.json`` (spaces, algorithm, source).
+    ``warn`` (default: a warning line on ``console``) hears of a run's damaged checkpoints passed over."""
     import torch
 
     from rl_app.library_logs import capture_rllib_logs, library_log_note, write_library_logs
@@ -80,7 +83,8 @@ def export_policy(
     if not verbose:
         capture_rllib_logs()
     console = console or output_console()
-    checkpoint, info = open_checkpoint(location, runs_root, allow_version_mismatch, warn=warner(console))
+    warn = warn or warner(console)
+    checkpoint, info = open_checkpoint(location, runs_root, allow_version_mismatch, warn=warn)
     out_dir = out_dir or checkpoint.parent.parent / "export"
     target = out_dir / FILENAMES[fmt]
     policy = load_policy(checkpoint)

@@ -10,6 +10,7 @@ was written (bit rot, a bad copy) is known as damaged before anything tries to l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -172,7 +173,11 @@ def verify_checkpoint(checkpoint: Path) -> None:
     files = json.loads((checkpoint / MARKER).read_text()).get("files")
     if not isinstance(files, dict):
         return
-    for name, (size, crc) in files.items():
+    for name, listed in files.items():
+        try:
+            size, crc = (int(value) for value in listed)
+        except (TypeError, ValueError):
+            raise DamagedCheckpoint(checkpoint, f"{MARKER} lists {name} as {listed!r}") from None
         path = checkpoint / name
         if not path.is_file():
             raise DamagedCheckpoint(checkpoint, f"{name} is missing")
@@ -201,25 +206,29 @@ def newest_sound_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path
     for checkpoint in reversed(list_checkpoints(run_dir)):
         try:
             verify_checkpoint(checkpoint)
-        except DamagedCheckpoint as exc:
-            damaged.append((checkpoint, exc.detail))
+        except CheckpointError as exc:
+            if checkpoint.is_dir():  # else pruned meanwhile by the run writing it: not damage
+                damaged.append((checkpoint, exc.detail if isinstance(exc, DamagedCheckpoint) else str(exc)))
             continue
         return checkpoint, damaged
     return None, damaged
 
 
 def fallback_note(
-    chosen: Path | None, damaged: list[tuple[Path, str]], kept_aside: dict[Path, Path] | None = None
+    chosen: Path | None,
+    damaged: list[tuple[Path, str]],
+    kept_aside: dict[Path, Path] | None = None,
+    chosen_as: str = "the newest",
 ) -> str:
     """One line on the damaged checkpoints passed over (and where each was kept aside), and the one
-    used instead."""
+    used instead (``chosen_as``: the newest, or a trial's best)."""
     moved = kept_aside or {}
     parts = [
         f"{checkpoint.name} is damaged ({why})"
         + (f", kept aside as {moved[checkpoint].name}" if checkpoint in moved else "")
         for checkpoint, why in damaged
     ]
-    using = f"using {chosen.name}, the newest whose files are as written" if chosen else "none other to use"
+    using = f"using {chosen.name}, {chosen_as} whose files are as written" if chosen else "none other to use"
     return f"{'; '.join(parts)}; {using}"
 
 
@@ -241,7 +250,10 @@ def save_checkpoint(
         write(partial)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)
-    infos = {p.name: read_info(p) for p in list_checkpoints(run_dir)}
+    infos = {}
+    for checkpoint in list_checkpoints(run_dir):
+        with contextlib.suppress(DamagedCheckpoint):  # one whose marker is unreadable is kept as it is
+            infos[checkpoint.name] = read_info(checkpoint)
     pruned = sorted(set(infos) - checkpoints_to_keep(infos, keep))
     for name in pruned:
         shutil.rmtree(root / name, ignore_errors=True)
@@ -270,8 +282,21 @@ def resolve_checkpoint(path: Path, warn: Callable[[str], None] | None = None) ->
         return chosen
     trial_checkpoints = [p for p in path.glob("checkpoint_*") if (p / MARKER).is_file()]
     if trial_checkpoints:  # a sweep trial: Tune's checkpoint_NNNNNN folders, with our marker
-        infos = {p: read_info(p) for p in trial_checkpoints}
-        return max(infos, key=lambda p: (infos[p].score, infos[p].iteration))
+        infos, damaged = {}, []
+        for checkpoint in trial_checkpoints:
+            try:
+                verify_checkpoint(checkpoint)
+                infos[checkpoint] = read_info(checkpoint)
+            except DamagedCheckpoint as exc:
+                damaged.append((checkpoint, exc.detail))
+        chosen = max(infos, key=lambda p: (infos[p].score, infos[p].iteration)) if infos else None
+        if damaged and warn is not None:
+            warn(fallback_note(chosen, damaged, chosen_as="the best"))
+        if chosen is None:
+            raise CheckpointError(
+                f"trial '{path}' has no checkpoint whose files are as written ({damaged[0][1]})"
+            )
+        return chosen
     runs = sorted(p.parent for p in path.glob("*/metadata.json"))
     if runs:
         raise CheckpointError(

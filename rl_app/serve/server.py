@@ -78,6 +78,7 @@ def policy_source(
             runs_root=runs_root,
             allow_version_mismatch=allow_version_mismatch,
             console=Console(file=io.StringIO()),
+            warn=lambda text: print(f"warning: {text}", flush=True),  # a damaged checkpoint passed over
         )
         return load_served_policy(target, fmt)
 

@@ -14,10 +14,8 @@ from rl_app.errors import ConfigError, UserError
 from rl_app.runs.checkpoints import (
     CheckpointError,
     check_ray_version,
-    fallback_note,
     newest_sound_checkpoint,
     read_info,
-    set_aside,
 )
 from rl_app.runs.files import read_json
 from rl_app.runs.layout import EXPERIMENT_FILE, as_trained, check_runs_root, experiment_dict
@@ -54,6 +52,8 @@ class Plan:
     mirror: StorageFolder | None = None
     resume_checkpoint: Path | None = None
     init_checkpoint: Path | None = None
+    # Newer checkpoints of the run that are damaged (each with why): set aside when the run starts.
+    damaged: list[tuple[Path, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # said when the run starts
 
 
@@ -108,9 +108,6 @@ def plan_resume(
             f"{'; ...' if len(changed) > 3 else ''}); pass --force-config to resume with the new one"
         )
     check_experiment_env(candidate, source)
-    # Every check passed: only now are the damaged ones renamed out of the way (never deleted),
-    # so the checkpoints this run writes next are not confused with them.
-    kept_aside = {damage: set_aside(damage) for damage, _ in damaged}
     return Plan(
         name=name or run_name,
         experiment=candidate,
@@ -120,7 +117,7 @@ def plan_resume(
         run_dir=run_dir,
         mirror=mirror,
         resume_checkpoint=checkpoint,
-        warnings=[fallback_note(checkpoint, damaged, kept_aside)] if damaged else [],
+        damaged=damaged,
     )
 
 

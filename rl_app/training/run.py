@@ -22,9 +22,11 @@ from rl_app.runs.checkpoints import (
     CheckpointError,
     checkpoint_name,
     checkpoints_dir,
+    fallback_note,
     latest_checkpoint,
     read_info,
     save_checkpoint,
+    set_aside,
 )
 from rl_app.runs.files import write_json
 from rl_app.runs.layout import new_run_dir, write_experiment, write_run_metadata, write_status
@@ -330,6 +332,11 @@ def train(
         loop = TrainingLoop(build_backend(), experiment, plan.name)
         try:
             if plan.resume_checkpoint is not None:
+                # Renamed out of the way (never deleted) only now that the run starts, so the
+                # checkpoints it writes next are not confused with them.
+                kept_aside = {damage: set_aside(damage) for damage, _ in plan.damaged}
+                if kept_aside:
+                    warner(console)(fallback_note(plan.resume_checkpoint, plan.damaged, kept_aside))
                 loop.load(plan.resume_checkpoint)
                 console.print(
                     f"Resumed from {plan.resume_checkpoint.name}: iteration {start.iteration}, "
