@@ -17,13 +17,7 @@ from typing import Any
 
 from rl_app.config import ExperimentConfig
 from rl_app.config.schema import StopSection
-from rl_app.runs.checkpoints import (
-    CheckpointInfo,
-    installed_versions,
-    read_info,
-    verify_checkpoint,
-    write_marker,
-)
+from rl_app.runs.checkpoints import CheckpointInfo, installed_versions, read_info, write_marker
 from rl_app.runs.progress import IterationMetrics
 from rl_app.training.backends import Backend
 
@@ -129,9 +123,7 @@ class TrainingLoop:
     def load(self, checkpoint: Path) -> CheckpointInfo:
         """Continue from ``checkpoint``: the algorithm and its replay buffer, fresh env-runner
         seeds (``seed + iteration``, so the episodes after it are not the first ones again),
-        then the driver's RNGs, counters and clock as they were saved. A checkpoint whose files
-        changed since it was written is refused (a sweep trial's restore comes here directly)."""
-        verify_checkpoint(checkpoint)
+        then the driver's RNGs, counters and clock as they were saved."""
         info = read_info(checkpoint)
         self.backend.restore(checkpoint)
         self.backend.reseed((self.experiment.seed or 0) + info.iteration)

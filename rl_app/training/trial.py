@@ -18,6 +18,7 @@ from ray import tune
 from rl_app.cluster.resources import ResourcePlan
 from rl_app.config import ExperimentConfig, validate_experiment
 from rl_app.config.data import with_values
+from rl_app.runs.checkpoints import verify_checkpoint
 
 
 def trial_experiment(data: dict[str, Any], values: dict[str, Any], source: str) -> ExperimentConfig:
@@ -110,6 +111,8 @@ class ExperimentTrial(tune.Trainable):
         # Returning None makes Tune hand load_checkpoint() the folder itself.
 
     def load_checkpoint(self, checkpoint: str) -> None:  # type: ignore[override]
+        # Tune's restore is the one load no resolve_checkpoint has checked: refuse a damaged one.
+        verify_checkpoint(Path(checkpoint))
         self.loop.load(Path(checkpoint))
 
     def restore(self, checkpoint_path: Any) -> None:
