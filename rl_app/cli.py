@@ -178,6 +178,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--max-body-bytes", type=_positive_int, default=4 * 1024 * 1024)
     serve.add_argument(
+        "--read-timeout",
+        type=_positive_float,
+        default=10.0,
+        help="seconds a request's headers and body may take to arrive (default 10; then 408)",
+    )
+    serve.add_argument(
+        "--keep-alive-timeout",
+        type=_positive_float,
+        default=30.0,
+        help="seconds an idle connection stays open between requests (default 30)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        help="connections at once; past it 503 (default: the open-file limit less a reserve)",
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=_non_negative_float,
+        default=5.0,
+        help="on SIGTERM, seconds requests being computed may take to finish (default 5)",
+    )
+    serve.add_argument(
         "--ray-serve", action="store_true", help="deploy on Ray Serve (local Ray or RAY_ADDRESS)"
     )
     serve.add_argument("--replicas", type=_positive_int, default=1, help="with --ray-serve: replicas")
@@ -249,6 +272,16 @@ def _non_negative_float(text: str) -> float:
         value = -1.0
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
 
 
@@ -481,9 +514,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             address=args.address,
         )
     else:
+        from rl_app.serve.connections import ConnectionLimits
         from rl_app.serve.server import serve
 
-        serve(args.policy, **common)
+        limits = ConnectionLimits(
+            read_timeout_s=args.read_timeout,
+            keep_alive_timeout_s=args.keep_alive_timeout,
+            shutdown_timeout_s=args.shutdown_timeout,
+            max_connections=args.max_connections,
+        )
+        report = serve(args.policy, **common, limits=limits)
+        return 1 if report is not None and report.cut else 0
     return 0
 
 

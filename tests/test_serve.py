@@ -10,20 +10,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from helpers import TINY_RUNS, rllib_actions
+from serve_client import Answer, act, free_port, request, serving
 
 from rl_app.runs.checkpoints import list_checkpoints
 from rl_app.training.run import train
@@ -54,75 +51,6 @@ def exports(runs: dict[str, Path]) -> dict[str, Path]:
             folders[key] = run_dir / f"export-{key.replace('@', '-')}"
             export_policy(str(checkpoint), "onnx", folders[key])
     return folders
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Answer:
-    status: int
-    body: dict[str, Any]
-    text: str
-
-
-def request(
-    port: int, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
-) -> Answer:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-        sent = {"content-type": "application/json", **(headers or {})} if data is not None else headers or {}
-        connection.request(method, path, body=data, headers=sent)
-        response = connection.getresponse()
-        text = response.read().decode()
-    finally:
-        connection.close()
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = {}
-    return Answer(response.status, parsed if isinstance(parsed, dict) else {}, text)
-
-
-def act(port: int, observations: Any, **headers: str) -> Answer:
-    return request(port, "POST", "/v1/act", {"observations": observations}, headers)
-
-
-@dataclass
-class Server:
-    port: int
-    process: subprocess.Popen[str]
-
-
-@contextmanager
-def serving(*args: str, timeout: float = 120) -> Iterator[Server]:
-    """``rl_app serve ARGS`` on a free port, answering /v1/health; stopped with SIGTERM after."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rl_app", "serve", *args, "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert process.poll() is None, process.communicate()[0]
-            try:
-                if request(port, "GET", "/v1/health").status == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the server never answered /v1/health"
-            time.sleep(0.1)
-        yield Server(port, process)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def sample_observations(count: int, space: dict[str, Any], seed: int = 0) -> np.ndarray:

@@ -82,6 +82,21 @@ class ServeMetrics:
         self.iteration = Gauge(
             "rl_app_serve_policy_iteration", "training iteration served", registry=self.registry
         )
+        self.open_connections = Gauge(
+            "rl_app_serve_open_connections", "client connections open now", registry=self.registry
+        )
+        self.read_timeouts = Counter(
+            "rl_app_serve_read_timeouts",
+            "connections closed because a request's headers or body did not arrive in time",
+            ["stage"],
+            registry=self.registry,
+        )
+        self.refused_connections = Counter(
+            "rl_app_serve_refused_connections",
+            "connections past --max-connections: answered 503, or closed at once past the overflow",
+            ["answer"],
+            registry=self.registry,
+        )
 
 
 def _error(error: RequestError, metrics: ServeMetrics, route: str) -> Response:

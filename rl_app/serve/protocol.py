@@ -15,6 +15,7 @@ import base64
 import binascii
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,10 @@ JSON = "application/json"
 FIELDS = ("observations", "deterministic", "seed")
 ENCODED_FIELDS = ("base64", "dtype", "shape")
 ENCODED_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool")
+JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+NESTING_STEP = np.zeros(256, np.int32)
+NESTING_STEP[list(b"[{")], NESTING_STEP[list(b"]}")] = 1, -1
 
 
 @dataclass(frozen=True)
@@ -126,11 +131,30 @@ def _nested_lists(rows: list[Any], max_rows: int) -> np.ndarray:
     return batch
 
 
+def check_json_size(body: bytes, spec: ObservationSpec, max_rows: int) -> None:
+    """A RequestError for a body nested deeper, or holding more values, than any request for
+    ``spec`` can: found before parsing, which would otherwise recurse or allocate for it."""
+    most_depth = 3 + len(spec.shape)  # the object, the batch, one list per dimension (or the encoded form)
+    most_commas = max_rows * int(np.prod(spec.shape, dtype=np.int64)) + len(FIELDS) + len(ENCODED_FIELDS)
+    if body.count(b"[") + body.count(b"{") <= most_depth and body.count(b",") <= most_commas:
+        return  # the common case, from two byte counts
+    unquoted = JSON_STRING.sub(b'""', body)
+    brackets = np.frombuffer(unquoted.translate(None, NOT_BRACKETS), np.uint8)
+    depth = int(np.cumsum(NESTING_STEP[brackets]).max(initial=0))
+    if depth > most_depth:
+        message = f"nested {depth} deep; a request for observations of shape {spec.shape} needs at most {most_depth}"
+        raise RequestError(400, "body", message, "too_deep")
+    if (commas := unquoted.count(b",")) > most_commas:
+        message = f"{commas + 1} values or more; a request of {max_rows} observations holds at most {most_commas}"
+        raise RequestError(413, "body", message, "too_many_values")
+
+
 def parse_act_request(
     body: bytes, spec: ObservationSpec, max_rows: int, sampling: str | None = None
 ) -> ActRequest:
     """The checked ``/v1/act`` request in ``body``, or a RequestError. ``sampling``: the served
     policy's distribution (None: it serves deterministic actions only)."""
+    check_json_size(body, spec, max_rows)
     try:
         request = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -16,6 +16,14 @@ from pathlib import Path
 
 from rl_app.errors import UserError, error_detail
 from rl_app.serve.app import PolicyService, ServeSettings, build_app
+from rl_app.serve.connections import (
+    BoundedShutdownServer,
+    ConnectionLimits,
+    ShutdownReport,
+    descriptor_limit,
+    limited_protocol,
+    most_connections,
+)
 from rl_app.serve.policy import SPEC, ServedPolicy, load_served_policy
 
 
@@ -113,10 +121,16 @@ def serve(
     settings: ServeSettings | None = None,
     runs_root: Path = Path("runs"),
     allow_version_mismatch: bool = False,
-) -> None:
-    """Serve the policy at ``location`` over HTTP until Ctrl-C or SIGTERM; SIGHUP reloads it."""
+    limits: ConnectionLimits | None = None,
+) -> ShutdownReport | None:
+    """Serve the policy at ``location`` over HTTP until Ctrl-C or SIGTERM; SIGHUP reloads it.
+
+    Returns how the shutdown went: how many requests it cut, and how long it took.
+    """
     import uvicorn
 
+    limits = limits or ConnectionLimits()
+    check_max_connections(limits.max_connections)
     token = read_token(token_file, host)
     settings = ServeSettings(**{**asdict(settings or ServeSettings()), "token": token})
     with policy_source(location, fmt, runs_root, allow_version_mismatch) as source:
@@ -127,30 +141,57 @@ def serve(
         app = build_app(service)
         sock = bind(host, port)
         address = sock.getsockname()
+        protocol, book = limited_protocol(limits, service.metrics, app)
         config = uvicorn.Config(
             app,
+            http=protocol,
             log_level="warning",
             access_log=False,
             server_header=False,
-            timeout_keep_alive=30,
+            timeout_keep_alive=limits.keep_alive_timeout_s,
             lifespan="on",
         )
-        server = uvicorn.Server(config)
+        server = BoundedShutdownServer(config, book, limits.shutdown_timeout_s)
 
         async def run() -> None:
             loop = asyncio.get_running_loop()
             loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(service.reload()))
             batching = f"max batch {settings.max_batch_size}, max wait {settings.max_wait_ms:g} ms"
+            connections = (
+                f"at most {book.max_connections} connections, read timeout {limits.read_timeout_s:g} s, "
+                f"shutdown timeout {limits.shutdown_timeout_s:g} s"
+            )
             print(
                 f"Serving {policy.name} (iteration {policy.spec.get('iteration')}, {policy.file}) "
-                f"on http://{address[0]}:{address[1]} ({batching}"
-                f"{', bearer token required' if token else ''}); SIGHUP or POST /v1/reload reloads",
+                f"on http://{address[0]}:{address[1]} ({batching}; {connections}"
+                f"{'; bearer token required' if token else ''}); SIGHUP or POST /v1/reload reloads",
                 flush=True,
             )
             await server.serve(sockets=[sock])
 
+        # uvicorn raises the signal again once it has stopped, to end the process the signal's
+        # default way; these handlers take it instead, so that the shutdown's report is printed and
+        # becomes the exit code.
+        previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:  # uvloop when installed
                 runner.run(run())
         finally:
             sock.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if server.report is not None:
+            print(server.report.line(limits.shutdown_timeout_s), flush=True)
+        return server.report
+
+
+def check_max_connections(wanted: int | None) -> None:
+    """A one-line error when ``--max-connections`` leaves no room under the descriptor limit."""
+    if wanted is None:
+        return
+    descriptors = descriptor_limit()
+    if wanted > (most := most_connections(descriptors)):
+        raise UserError(
+            f"--max-connections {wanted}: the limit of {descriptors} open files leaves room for at most "
+            f"{most} (raise it with 'ulimit -n')"
+        )
