@@ -66,6 +66,12 @@ async def _connection(
         writer.close()
 
 
+def _result(concurrency: int, latencies: list[float], errors: list[int], elapsed: float) -> LoadResult:
+    ms = np.asarray(latencies) * 1000
+    p50, p99 = np.percentile(ms, [50, 99])
+    return LoadResult(concurrency, len(latencies), len(errors), elapsed, float(p50), float(p99))
+
+
 async def run_load(port: int, request: bytes, concurrency: int, seconds: float) -> LoadResult:
     """``concurrency`` connections sending ``request`` back to back for ``seconds``."""
     latencies: list[float] = []
@@ -75,16 +81,7 @@ async def run_load(port: int, request: bytes, concurrency: int, seconds: float) 
     await asyncio.gather(
         *(_connection(port, request, stop_at, latencies, errors) for _ in range(concurrency))
     )
-    elapsed = time.perf_counter() - started
-    ms = np.asarray(latencies) * 1000
-    return LoadResult(
-        concurrency,
-        len(latencies),
-        len(errors),
-        elapsed,
-        float(np.percentile(ms, 50)),
-        float(np.percentile(ms, 99)),
-    )
+    return _result(concurrency, latencies, errors, time.perf_counter() - started)
 
 
 async def send_once(port: int, request: bytes) -> tuple[int, bytes]:
@@ -94,3 +91,30 @@ async def send_once(port: int, request: bytes) -> tuple[int, bytes]:
         return await _read_response(reader)
     finally:
         writer.close()
+
+
+async def run_load_aiohttp(port: int, path: str, body: bytes, concurrency: int, seconds: float) -> LoadResult:
+    """The same load from a second, independent client: aiohttp's (its own HTTP parser and
+    connection pool, ``concurrency`` keep-alive connections), so that no figure rests on one client."""
+    import aiohttp
+
+    latencies: list[float] = []
+    errors: list[int] = []
+    url = f"http://127.0.0.1:{port}{path}"
+    headers = {"content-type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker(stop_at: float) -> None:
+            while time.perf_counter() < stop_at:
+                began = time.perf_counter()
+                async with session.post(url, data=body, headers=headers) as response:
+                    await response.read()
+                    latencies.append(time.perf_counter() - began)
+                    if response.status != 200:
+                        errors.append(response.status)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(started + seconds) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return _result(concurrency, latencies, errors, elapsed)

@@ -185,8 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--keep-alive-timeout",
-        type=_positive_float,
-        default=30.0,
+        type=_positive_int,
+        default=30,
         help="seconds an idle connection stays open between requests (default 30)",
     )
     serve.add_argument(

@@ -66,7 +66,7 @@ def half_sent_request(port: int, body_bytes: int | None) -> socket.socket:
         sock.sendall(b"POST /v1/act HTTP/1.1\r\nHost: test\r\nContent-Ty")
     else:
         head = b"POST /v1/act HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-        sock.sendall(head + b"Content-Length: 100000\r\n\r\n" + b'{"observations": [[' [:body_bytes])
+        sock.sendall(head + b"Content-Length: 100000\r\n\r\n" + b'{"observations": [['[:body_bytes])
     return sock
 
 

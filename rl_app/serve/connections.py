@@ -41,7 +41,7 @@ class ConnectionLimits:
     """How long a client may take and how many may be connected at once."""
 
     read_timeout_s: float = 10.0  # a request's headers and body, from its first byte
-    keep_alive_timeout_s: float = 30.0  # an idle connection between requests
+    keep_alive_timeout_s: int = 30  # an idle connection between requests
     shutdown_timeout_s: float = 5.0  # requests being computed at SIGTERM finish within this
     max_connections: int | None = None  # None: sized from the descriptor limit
 
@@ -99,7 +99,9 @@ def _over_limit_app(app: Any, book: ConnectionBook, metrics: ServeMetrics) -> An
         {"error": f"server: at its limit of {book.max_connections} connections; retry", "field": "server"}
     ).encode()
 
-    async def over_limit(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+    async def over_limit(
+        scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]
+    ) -> None:
         if scope["type"] == "http" and scope["path"] == HEALTH_PATH:
             await app(scope, receive, send)
             return
@@ -246,9 +248,13 @@ def limited_protocol(
         max_connections=limits.max_connections or most_connections(descriptors),
         max_overflow=overflow_for(descriptors),
     )
-    fields = {"limits": limits, "book": book, "metrics": metrics, "over_limit_app": None}
+    fields = {
+        "limits": limits,
+        "book": book,
+        "metrics": metrics,
+        "over_limit_app": staticmethod(_over_limit_app(app, book, metrics)),
+    }
     protocol = type("ServerHttpToolsProtocol", (LimitedHttpToolsProtocol,), fields)
-    protocol.over_limit_app = staticmethod(_over_limit_app(app, book, metrics))
     return protocol, book
 
 
@@ -306,7 +312,8 @@ class BoundedShutdownServer(Server):
             await asyncio.sleep(0.02)
         unfinished = list(state.tasks)
         for connection in list(state.connections):
-            connection.cut()
+            if isinstance(connection, LimitedHttpToolsProtocol):
+                connection.cut()
         if unfinished:
             quiet = _CancelledRequestFilter()
             logging.getLogger("uvicorn.error").addFilter(quiet)

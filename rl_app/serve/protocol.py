@@ -15,6 +15,7 @@ import base64
 import binascii
 import hmac
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -135,17 +136,19 @@ def check_json_size(body: bytes, spec: ObservationSpec, max_rows: int) -> None:
     """A RequestError for a body nested deeper, or holding more values, than any request for
     ``spec`` can: found before parsing, which would otherwise recurse or allocate for it."""
     most_depth = 3 + len(spec.shape)  # the object, the batch, one list per dimension (or the encoded form)
-    most_commas = max_rows * int(np.prod(spec.shape, dtype=np.int64)) + len(FIELDS) + len(ENCODED_FIELDS)
+    most_commas = max_rows * math.prod(spec.shape) + len(FIELDS) + len(ENCODED_FIELDS)
     if body.count(b"[") + body.count(b"{") <= most_depth and body.count(b",") <= most_commas:
         return  # the common case, from two byte counts
     unquoted = JSON_STRING.sub(b'""', body)
     brackets = np.frombuffer(unquoted.translate(None, NOT_BRACKETS), np.uint8)
     depth = int(np.cumsum(NESTING_STEP[brackets]).max(initial=0))
     if depth > most_depth:
-        message = f"nested {depth} deep; a request for observations of shape {spec.shape} needs at most {most_depth}"
+        message = f"nested {depth} deep; a request for observations of shape {spec.shape} nests {most_depth}"
         raise RequestError(400, "body", message, "too_deep")
     if (commas := unquoted.count(b",")) > most_commas:
-        message = f"{commas + 1} values or more; a request of {max_rows} observations holds at most {most_commas}"
+        message = (
+            f"{commas + 1} values or more; a request of {max_rows} observations holds at most {most_commas}"
+        )
         raise RequestError(413, "body", message, "too_many_values")
 
 
