@@ -130,7 +130,7 @@ bench-learning: setup ## train every shipped experiment as shipped and check its
 soak: setup ## a 20-minute run, checkpoint every iteration: RSS, descriptors, threads, disk (MINUTES=20)
 	$(BIN)/python bench/soak.py --minutes $(or $(MINUTES),20)
 
-bench-serve: setup ## rl_app serve vs Ray Serve vs a plain FastAPI endpoint: req/s, p50/p99 at c=1,8,64 (~3 min)
+bench-serve: setup ## rl_app serve vs FastAPI baselines (naive, tuned) vs Ray Serve: req/s, p50/p99 at c=1,8,64, two clients, 3 rounds (~11 min; ARGS=--rev REV adds an earlier rl_app)
 	$(BIN)/python bench/serve.py $(ARGS)
 
 bench-scale: setup ## env runners on one node vs spread over loopback nodes; bytes per iteration (~6 min)

@@ -70,6 +70,12 @@ def make_export(scratch: Path) -> Path:
     return export
 
 
+def tree_revision() -> str:
+    """This tree's commit, ``-dirty`` when it has changes not committed."""
+    describe = ["git", "describe", "--always", "--dirty"]
+    return subprocess.run(describe, cwd=REPO, check=True, capture_output=True, text=True).stdout.strip()
+
+
 def free_port() -> int:
     import socket
 
@@ -178,7 +184,7 @@ def targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 def markdown(results: dict[str, Any]) -> str:
     lines = [
-        f"# bench-serve {results['date']}",
+        f"# bench-serve {results['date']} ({results['tree']})",
         "",
         "CartPole policy (ONNX), 1 observation per request, keep-alive connections, "
         f"{results['seconds']:g} s per point, {results['repeats']} rounds (every server in a fresh "
@@ -288,6 +294,7 @@ def main() -> int:
     summary = summarise(rounds)
     results = {
         "date": stamp,
+        "tree": tree_revision(),
         "cpus": os.cpu_count(),
         "seconds": args.seconds,
         "repeats": args.repeats,

@@ -180,13 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--read-timeout",
         type=_positive_float,
-        default=10.0,
         help="seconds a request's headers and body may take to arrive (default 10; then 408)",
     )
     serve.add_argument(
         "--keep-alive-timeout",
         type=_positive_int,
-        default=30,
         help="seconds an idle connection stays open between requests (default 30)",
     )
     serve.add_argument(
@@ -197,7 +195,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--shutdown-timeout",
         type=_non_negative_float,
-        default=5.0,
         help="on SIGTERM, seconds requests being computed may take to finish (default 5)",
     )
     serve.add_argument(
@@ -502,7 +499,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         "runs_root": args.runs_dir,
         "allow_version_mismatch": args.allow_version_mismatch,
     }
+    connection_settings = {
+        "read_timeout_s": args.read_timeout,
+        "keep_alive_timeout_s": args.keep_alive_timeout,
+        "shutdown_timeout_s": args.shutdown_timeout,
+        "max_connections": args.max_connections,
+    }
+    given = {key: value for key, value in connection_settings.items() if value is not None}
     if args.ray_serve:
+        if given:
+            flag = "--" + next(iter(given)).removesuffix("_s").replace("_", "-")
+            raise UserError(f"{flag} is the lightweight server's; Ray Serve keeps its own (drop --ray-serve)")
         from rl_app.serve.ray_serve import serve_on_ray
 
         scale = {"replicas": args.replicas, "max_replicas": args.max_replicas}
@@ -517,13 +524,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from rl_app.serve.connections import ConnectionLimits
         from rl_app.serve.server import serve
 
-        limits = ConnectionLimits(
-            read_timeout_s=args.read_timeout,
-            keep_alive_timeout_s=args.keep_alive_timeout,
-            shutdown_timeout_s=args.shutdown_timeout,
-            max_connections=args.max_connections,
-        )
-        report = serve(args.policy, **common, limits=limits)
+        report = serve(args.policy, **common, limits=ConnectionLimits(**given))
         return 1 if report is not None and report.cut else 0
     return 0
 

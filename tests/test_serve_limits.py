@@ -10,6 +10,8 @@ import re
 import resource
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -241,21 +243,19 @@ def test_json_nested_or_sized_past_any_request_is_refused_with_4xx_before_parsin
 
 
 @pytest.mark.parametrize(
-    ("flag", "value", "message"),
+    ("flags", "message"),
     [
-        ("--max-connections", "100000000", "leaves room for at most"),
-        ("--read-timeout", "0", "expected a number > 0"),
-        ("--shutdown-timeout", "-1", "expected a number >= 0"),
+        (["--max-connections", "100000000"], "leaves room for at most"),
+        (["--read-timeout", "0"], "expected a number > 0"),
+        (["--shutdown-timeout", "-1"], "expected a number >= 0"),
+        (["--ray-serve", "--read-timeout", "3"], "--read-timeout is the lightweight server's"),
     ],
 )
 def test_connection_settings_out_of_range_are_refused_in_one_line(
-    export: Path, flag: str, value: str, message: str
+    export: Path, flags: list[str], message: str
 ) -> None:
-    import subprocess
-    import sys
-
     result = subprocess.run(
-        [sys.executable, "-m", "rl_app", "serve", str(export), flag, value, "--port", "0"],
+        [sys.executable, "-m", "rl_app", "serve", str(export), *flags, "--port", "0"],
         capture_output=True,
         text=True,
         timeout=120,

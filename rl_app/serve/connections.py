@@ -137,7 +137,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._admitted = False  # counted in book.admitted (else book.overflow, or not at all)
         self._overflowing = False
         self._receiving = False  # a request's first byte has come, its last not yet
-        self._headers_done = False
 
     # Connection lifetime
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -169,10 +168,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.metrics.open_connections.dec()
             super().connection_lost(exc)
 
-    def data_received(self, data: bytes) -> None:
-        if self._admitted or self._overflowing:  # else aborted past the overflow
-            super().data_received(data)
-
     def _read_timeout(self) -> float:
         if self._overflowing:
             return min(self.limits.read_timeout_s, OVERFLOW_READ_TIMEOUT_S)
@@ -181,13 +176,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # Parser callbacks: a request is timed from its first byte to its last
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._receiving, self._headers_done = True, False
+        self._receiving = True
         if self._read_deadline is None:
             self._arm_read_deadline(self._read_timeout())
-
-    def on_headers_complete(self) -> None:
-        self._headers_done = True
-        super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._receiving = False
@@ -205,16 +196,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _answering(self) -> bool:
         """Whether the app has begun this request's answer (then only closing is left)."""
-        return self._headers_done and self.cycle is not None and self.cycle.response_started
+        return self._headers_done() and self.cycle.response_started
+
+    def _headers_done(self) -> bool:
+        """Whether the request being received has all its headers (uvicorn then made its cycle)."""
+        return self.cycle is not None and self.cycle.scope is self.scope
 
     def _read_timed_out(self) -> None:
         self._read_deadline = None
         if self.transport.is_closing():
             return
-        self.metrics.read_timeouts.labels("body" if self._headers_done else "headers").inc()
+        what = "body" if self._headers_done() else "headers"
+        self.metrics.read_timeouts.labels(what).inc()
         if self._receiving and not self._answering():
             seconds = self.limits.read_timeout_s
-            what = "body" if self._headers_done else "headers"
             message = f"the request's {what} did not arrive within the read timeout of {seconds:g} s"
             self.transport.write(_json_error(408, "Request Timeout", "body", message))
         self.transport.close()  # a connection that never sent a byte is closed without a word
