@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,20 +47,50 @@ def local_ray(env: dict[str, str] | None = None) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def rllib_actions(checkpoint: Path, obs: np.ndarray) -> np.ndarray:
-    """What RLlib's own env-runner pipeline picks, deterministically, for these observations."""
+def rllib_policy(checkpoint: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """What RLlib's own env-runner pipeline picks, deterministically, for a batch of observations."""
     import torch
     from ray.rllib.core.rl_module.rl_module import RLModule
     from ray.rllib.utils.spaces.space_utils import unsquash_action
 
     module = RLModule.from_checkpoint(str(checkpoint / "learner_group/learner/rl_module/default_policy"))
-    with torch.no_grad():
-        out = module.forward_inference({"obs": torch.as_tensor(obs)})
-        if "actions" in out:
-            return out["actions"].numpy()
-        dist = module.get_inference_action_dist_cls().from_logits(out["action_dist_inputs"])
-        actions = dist.to_deterministic().sample().numpy()
-    return unsquash_action(actions, module.action_space) if actions.dtype.kind == "f" else actions
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            out = module.forward_inference({"obs": torch.as_tensor(obs)})
+            if "actions" in out:
+                return out["actions"].numpy()
+            dist = module.get_inference_action_dist_cls().from_logits(out["action_dist_inputs"])
+            actions = dist.to_deterministic().sample().numpy()
+        return unsquash_action(actions, module.action_space) if actions.dtype.kind == "f" else actions
+
+    return act
+
+
+def rllib_actions(checkpoint: Path, obs: np.ndarray) -> np.ndarray:
+    return rllib_policy(checkpoint)(obs)
+
+
+def replayed_returns(
+    env_id: str, seeds: Sequence[int], act: Callable[[np.ndarray], np.ndarray]
+) -> list[float]:
+    """Each seed's episode return with ``act`` (a batch of one observation in, its action out)
+    choosing every action, replayed with gymnasium alone: what ``rl_app evaluate`` must report for
+    the same policy and seeds."""
+    import gymnasium as gym
+
+    returns = []
+    for seed in seeds:
+        env = gym.make(env_id)
+        obs, _ = env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(act(obs[None])[0])
+            total += float(reward)
+            done = terminated or truncated
+        env.close()
+        returns.append(total)
+    return returns
 
 
 def unfused(learner_class: type) -> type:

@@ -92,10 +92,23 @@ def test_resume_continues_counters_and_optimizer(finished_run: Path, tmp_path: P
     run_dir = tmp_path / "copy" / "ppo_cartpole" / finished_run.name
     shutil.copytree(finished_run, run_dir)
     before = read_info(list_checkpoints(run_dir)[-1])
+    steps_before = adam_steps(list_checkpoints(run_dir)[-1])
     summary = train(None, ["stop.iterations=4"], resume=str(run_dir), runs_root=tmp_path)
     assert summary.status == "finished" and summary.iterations == 4
     assert iterations(run_dir) == [1, 2, 3, 4]
     assert summary.timesteps > before.timesteps
+    # Adam's step count goes on from the checkpoint's: two more iterations of about as many updates
+    # (an optimizer started afresh would count those two alone, about as many as before).
+    assert adam_steps(list_checkpoints(run_dir)[-1]) > 1.5 * steps_before
+
+
+def adam_steps(checkpoint: Path) -> float:
+    """The step count of the learner's Adam optimizer saved in ``checkpoint``."""
+    with (checkpoint / "learner_group" / "learner" / "state.pkl").open("rb") as file:
+        state = pickle.load(file)
+    optimizer = state["optimizer"]["default_policy_default_optimizer"]["state"]
+    (steps,) = {float(parameter["step"]) for parameter in optimizer["state"].values()}
+    return steps
 
 
 def test_resume_refuses_a_changed_config_unless_forced(finished_run: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import local_ray
+from helpers import local_ray, replayed_returns, rllib_policy
 from ray import tune
 from rich.console import Console
 
@@ -110,7 +110,9 @@ def test_asha_sweep_ranks_trials_writes_results_and_the_best_config_trains(
     assert read_info(checkpoint).algorithm == "PPO"  # our marker: evaluate/export/--init-from take it
     from rl_app.policy.evaluate import evaluate
 
-    assert evaluate(str(checkpoint), episodes=2, console=quiet())["return"]["mean"] > 0
+    report = evaluate(str(checkpoint), episodes=2, seed=1000, console=quiet())
+    returns = [episode["episode_return"] for episode in report["per_episode"]]
+    assert returns == replayed_returns("CartPole-v1", [1000, 1001], rllib_policy(checkpoint))
 
     best_file = summary.best_experiment
     assert best_file == sweep_dir / "tiny_best.yaml"
