@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "reliability.md"
 # Names of the tests that prove a fault survived or a bad input refused.
 FAULT_OR_BAD_INPUT = re.compile(
-    r"kill|crash|outage|disk|interrupt|sigterm|sigkill|signal|same_second|another_ray_version|damaged"
+    r"kill|crash|outage|disk|interrupt|sigterm|sigkill|sigint|signal|read_only|timeout|same_second|another_ray_version|damaged"
     r"|failing|bad_|one_line|refused|refuses|corrupt|fails_fast|folder_named|no_traceback|unknown_command"
 )
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import SMALL_PPO
 
-from rl_app.runs.checkpoints import list_checkpoints, read_info
+from rl_app.runs.checkpoints import list_checkpoints, read_info, verify_checkpoint
 from rl_app.training.run import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,3 +159,90 @@ def test_a_disk_refusing_writes_mid_run_keeps_the_last_complete_checkpoint_resum
     assert iterations(run_dir) == [1, 2]  # progress.csv is whole: every iteration trained
     resumed = train(None, [], resume=str(run_dir), runs_root=tmp_path)  # room on the disk again
     assert resumed.status == "finished" and iterations(run_dir) == [1, 2, 3, 4]
+
+
+def in_private_mount_namespace(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``sh -c script`` in a mount namespace of its own (root can mount a tmpfs there that no other
+    process sees, and it is gone when the script ends); skipped where that is not allowed."""
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        pytest.skip("needs root and unshare -m to mount a tmpfs of its own")
+    env = {
+        **os.environ,
+        "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments"),
+        "RL_APP": f"{sys.executable} -m rl_app",
+    }
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path, start_new_session=True,
+    )  # fmt: skip
+
+
+def test_a_disk_that_fills_for_real_stops_the_run_in_one_line_and_keeps_every_complete_checkpoint(
+    tmp_path: Path,
+) -> None:
+    # A 3 MB tmpfs holds the run folder and two or three checkpoints of a [256, 256] model;
+    # the run is copied off it before the namespace (and the tmpfs) goes away.
+    sets = " ".join(
+        f"--set '{item}'"
+        for item in ["stop.iterations=12", "checkpoint.every=1", "checkpoint.keep=12",
+                     "model.fcnet_hiddens=[256, 256]", "evaluation.interval=0"]
+    )  # fmt: skip
+    script = f"""
+        mkdir disk copy && mount -t tmpfs -o size=3m tmpfs disk || exit 99
+        $RL_APP train ppo_cartpole --runs-dir disk {sets}
+        code=$?
+        cp -a disk/. copy/
+        exit $code
+    """
+    result = in_private_mount_namespace(script, tmp_path)
+    (run_dir,) = (tmp_path / "copy" / "ppo_cartpole").iterdir()
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "No space left on device" in result.stderr and "cannot write checkpoint iter_" in result.stderr
+    kept = list_checkpoints(run_dir)
+    assert kept and f"the latest complete checkpoint, {kept[-1].name}, is kept" in result.stderr
+    for checkpoint in kept:
+        verify_checkpoint(checkpoint)  # every file its marker lists, at its size and CRC-32
+    assert not list((run_dir / "checkpoints").glob(".partial-*"))
+    trained = iterations(run_dir)
+    assert trained == list(range(1, len(kept) + 2))  # progress.csv has the iteration whose save failed
+    resumed = train(None, [], resume=str(run_dir), runs_root=tmp_path)  # off the full disk
+    assert resumed.status == "finished" and iterations(run_dir) == list(range(1, 13))
+
+
+def test_a_checkpoints_folder_made_read_only_mid_run_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    # The driver is stopped between iterations while its checkpoints folder is bind-mounted
+    # read-only over itself (a remount of a folder with files open for writing is refused by the
+    # kernel), then let go on; its next save meets a read-only file system.
+    sets = " ".join(
+        f"--set '{item}'"
+        for item in ["stop.iterations=50", "checkpoint.every=1", "checkpoint.keep=5", "evaluation.interval=0",
+                     "training.train_batch_size_per_learner=2048"]
+    )  # fmt: skip
+    script = f"""
+        mkdir disk copy && mount -t tmpfs -o size=64m tmpfs disk || exit 99
+        $RL_APP train ppo_cartpole --runs-dir disk {sets} &
+        pid=$!
+        until [ -e disk/ppo_cartpole/*/checkpoints/iter_000002/rl_app_checkpoint.json ]; do sleep 0.01; done
+        kill -STOP $pid
+        folder=$(echo disk/ppo_cartpole/*/checkpoints)
+        mount --bind "$folder" "$folder" && mount -o remount,bind,ro "$folder" || exit 98
+        kill -CONT $pid
+        wait $pid
+        code=$?
+        cp -a disk/. copy/
+        exit $code
+    """
+    result = in_private_mount_namespace(script, tmp_path)
+    (run_dir,) = (tmp_path / "copy" / "ppo_cartpole").iterdir()
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "Read-only file system" in result.stderr
+    kept = list_checkpoints(run_dir)
+    assert kept[-1].name == "iter_000002"  # the save of iteration 3 was the first to meet it
+    assert f"the latest complete checkpoint, {kept[-1].name}, is kept and resumable" in result.stderr
+    for checkpoint in kept:
+        verify_checkpoint(checkpoint)
+    assert iterations(run_dir) == list(range(1, len(kept) + 2))

@@ -116,3 +116,60 @@ def test_a_signal_during_rays_shutdown_waits_for_it_to_end() -> None:
         finished.append(True)
     assert finished == [True]
     assert signal.getsignal(signal.SIGINT) is before
+
+
+# Runs `rl_app train` with SIGINT sent to itself as Ray's real shutdown begins (after the run has
+# finished and written its final checkpoint); says when that shutdown returned.
+SIGINT_IN_RAYS_SHUTDOWN = """
+import os, signal, sys, time
+import ray
+real_shutdown = ray.shutdown
+
+def shutdown(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)  # the handler has run: the signal is held, not raised, while Ray stops
+    real_shutdown(*args, **kwargs)
+    print("ray.shutdown returned", file=sys.stderr, flush=True)
+
+ray.shutdown = shutdown
+from rl_app.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def session_processes(session: int) -> list[int]:
+    """Processes still alive in the session ``session`` leads (Ray's, which the driver started)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session and fields[0] != "Z":
+                alive.append(int(entry.name))
+    return alive
+
+
+@pytest.mark.ray
+def test_a_sigint_during_a_real_ray_shutdown_lets_it_finish_then_exits_130(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-c", SIGINT_IN_RAYS_SHUTDOWN, "train", "ppo_cartpole", "--runs-dir", str(tmp_path),
+        "--set", "stop.iterations=2", "--set", "evaluation.interval=0",
+    ]  # fmt: skip
+    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stdout + stderr
+    lines = stderr.strip().splitlines()
+    assert lines == ["ray.shutdown returned", "rl_app: interrupted (SIGINT during Ray's shutdown)"], stderr
+    deadline = time.monotonic() + 10  # Ray's processes exit on their own once told to
+    while (left := session_processes(process.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], f"Ray processes left running: {left}"
+    (run_dir,) = (tmp_path / "ppo_cartpole").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["iterations"] == 2
+    assert (run_dir / "checkpoints" / "iter_000002" / "rl_app_checkpoint.json").is_file()
