@@ -1,13 +1,16 @@
 """Side-by-side benchmarks, measured in the same run on the same machine and reported as ratios.
 
-    python bench/compare.py [--quick] [--seeds N]
+    python bench/compare.py [--quick | --solve-only] [--seeds 100-109]
 
 1. start-up: `rl_app --help` and a bare `python -c "import ray"`.
 2. PPO and DQN CartPole-v1 time to solve: the whole `rl_app train ppo_cartpole` /
    `dqn_cartpole` process vs Stable-Baselines3 with RL Zoo's CartPole-v1 hyperparameters,
    same protocol: 10 deterministic evaluation episodes every N env steps, solved at mean
-   >= 475, each run capped in time (an unsolved run counts at the cap); and PPO once more with
-   Zoo's learning rate (`ppo_zoo_lr`: the same hyperparameters on both sides).
+   >= 475, each run capped in time (an unsolved run counts at the cap); PPO once more with
+   Zoo's learning rate on both sides (`ppo_zoo_lr`) and once with SB3 at rl_app's
+   (`ppo_sb3_our_lr`). Seeds held out from the experiments' ``tuning_seeds`` (100-109 unless
+   given), both sides with ``THREADS`` torch threads, set and read back; medians with bootstrap
+   95 % intervals, ratios paired by seed, in wall time and in env steps.
 3. sampling: env steps/s of our env runners (the experiment's model, 0/1/2 remote runners)
    vs the raw gymnasium vector env stepping random actions (the ceiling).
 4. SAC HalfCheetah-v5 env steps/s while training, vs SB3's SAC with the same hyperparameters.
@@ -30,7 +33,8 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from common import build_experiment_algo
+from common import build_experiment_algo, write_results
+from stats import interval_text, median_interval, paired_ratio
 
 from rl_app.cluster.session import shutdown_ray
 
@@ -38,6 +42,12 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 TARGET = 475.0
 EVAL_EPISODES = 10
+THREADS = 2  # torch threads on both sides: the machine's cores
+HELD_OUT_SEEDS = tuple(range(100, 110))  # fixed before any run on them; no experiment tunes on them
+# Fixed before the first run on HELD_OUT_SEEDS (issue 44): the median paired wall-time ratio
+# rl_app / SB3 of the shipped experiments (cases ppo and dqn) at most this.
+TARGET_WALL_RATIO = 1.0
+TARGET_CASES = ("ppo", "dqn")
 
 
 def timed(command: list[str], **kwargs: Any) -> float:
@@ -83,6 +93,7 @@ class SolveCase:
     eval_every: int  # env steps between evaluations, both libraries
     time_cap_s: float  # a run that has not solved by then stops and counts as unsolved
     overrides: tuple[str, ...] = ()  # `--set`s on our experiment (the matched-hyperparameter case)
+    sb3_learning_rate: float | None = None  # SB3's initial rate, decayed linearly (None: RL Zoo's)
 
 
 CASES = {
@@ -95,8 +106,27 @@ CASES = {
         "ppo_cartpole", "PPO", 5_120, time_cap_s=120, overrides=("training.lr=[[0,0.001],[100000,0.0]]",)
     ),
     # dqn_cartpole iterations are ~1,000 steps (RLlib's min_sample_timesteps_per_iteration).
+    # SB3 at rl_app's rate (2e-3, decayed linearly over 100k steps as rl_app's is): the same
+    # hyperparameters the other way round.
+    "ppo_sb3_our_lr": SolveCase("ppo_cartpole", "PPO", 5_120, time_cap_s=120, sb3_learning_rate=0.002),
     "dqn": SolveCase("dqn_cartpole", "DQN", eval_every=5_000, time_cap_s=240),
 }
+
+
+def threads_env() -> dict[str, str]:
+    """The environment both sides run in: ``THREADS`` torch threads (torch reads OMP_NUM_THREADS)."""
+    return {
+        **os.environ,
+        "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments"),
+        "OMP_NUM_THREADS": str(THREADS),
+        "MKL_NUM_THREADS": str(THREADS),
+    }
+
+
+def torch_threads_in(env: dict[str, str]) -> int:
+    """What torch reports in a fresh process with ``env``: the count the rl_app side trains with."""
+    probe = [sys.executable, "-c", "import torch; print(torch.get_num_threads())"]
+    return int(subprocess.run(probe, env=env, check=True, capture_output=True, text=True).stdout)
 
 
 def ours_time_to_solve(case: SolveCase, seed: int) -> dict[str, float]:
@@ -115,8 +145,7 @@ def ours_time_to_solve(case: SolveCase, seed: int) -> dict[str, float]:
             "--set", f"stop.time_s={case.time_cap_s}", "--set", "stop.timesteps=1000000",
             *(part for override in case.overrides for part in ("--set", override)),
         ]  # fmt: skip
-        env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
-        wall = timed(command, env=env)
+        wall = timed(command, env=threads_env())
         (summary,) = Path(runs).glob(f"{case.experiment}/*/summary.json")
         data = json.loads(summary.read_text())
     return {
@@ -137,9 +166,10 @@ from stable_baselines3.common.callbacks import (
     BaseCallback, CallbackList, EvalCallback, StopTrainingOnRewardThreshold)
 from stable_baselines3.common.env_util import make_vec_env
 
-torch.set_num_threads(1)
-algorithm, seed, target, every, episodes, cap = (
-    sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
+algorithm, seed, target, every, episodes, cap, threads, lr = (
+    sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]),
+    int(sys.argv[7]), sys.argv[8])
+torch.set_num_threads(threads)
 def linear(start):
     return lambda progress: progress * start
 # RL Zoo's hyperparameters for CartPole-v1 (hyperparams/ppo.yml, dqn.yml).
@@ -147,7 +177,8 @@ if algorithm == "PPO":
     n_envs = 8
     env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)
     model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-                ent_coef=0.0, learning_rate=linear(0.001), clip_range=linear(0.2), seed=seed, verbose=0)
+                ent_coef=0.0, learning_rate=linear(0.001 if lr == "zoo" else float(lr)),
+                clip_range=linear(0.2), seed=seed, verbose=0)
     budget = 100_000
 else:
     n_envs = 1
@@ -167,15 +198,20 @@ evaluation = EvalCallback(gym.make("CartPole-v1"), callback_on_new_best=stop, ev
                           n_eval_episodes=episodes, deterministic=True, verbose=0)
 model.learn(total_timesteps=budget, callback=CallbackList([evaluation, TimeCap()]))
 print(json.dumps({"timesteps": model.num_timesteps, "best": float(evaluation.best_mean_reward),
-                  "wall_s": time.perf_counter() - began}))
+                  "wall_s": time.perf_counter() - began, "torch_threads": torch.get_num_threads()}))
 """
 
 
 def sb3_time_to_solve(case: SolveCase, seed: int) -> dict[str, float]:
     began = time.perf_counter()
-    arguments = [case.sb3_algorithm, seed, TARGET, case.eval_every, EVAL_EPISODES, case.time_cap_s]
+    learning_rate = "zoo" if case.sb3_learning_rate is None else case.sb3_learning_rate
+    arguments = [case.sb3_algorithm, seed, TARGET, case.eval_every, EVAL_EPISODES, case.time_cap_s, THREADS]
     result = subprocess.run(
-        [sys.executable, "-c", SB3_SCRIPT, *map(str, arguments)], check=True, capture_output=True, text=True
+        [sys.executable, "-c", SB3_SCRIPT, *map(str, [*arguments, learning_rate])],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=threads_env(),
     )
     data = json.loads(result.stdout.strip().splitlines()[-1])
     wall = time.perf_counter() - began
@@ -184,27 +220,54 @@ def sb3_time_to_solve(case: SolveCase, seed: int) -> dict[str, float]:
         "timesteps": data["timesteps"],
         "best_eval": data["best"],
         "solved": data["best"] >= TARGET,
+        "torch_threads": data["torch_threads"],
     }
+
+
+def held_out(case: SolveCase, seeds: list[int]) -> list[int]:
+    """``seeds``, refused if the experiment was tuned on any of them."""
+    from rl_app.config import load_experiment
+
+    tuned = set(load_experiment(case.experiment).config.tuning_seeds)
+    if tuned & set(seeds):
+        raise SystemExit(f"{case.experiment} was tuned on seeds {sorted(tuned & set(seeds))}: pick others")
+    return seeds
 
 
 def time_to_solve(case: SolveCase, seeds: list[int]) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"rl_app": [], "sb3": []}
-    for seed in seeds:  # interleaved, so drift on a shared machine hits both alike
+    for seed in held_out(case, seeds):  # interleaved, so drift on a shared machine hits both alike
         runs["rl_app"].append(ours_time_to_solve(case, seed))
         runs["sb3"].append(sb3_time_to_solve(case, seed))
-    summary: dict[str, Any] = {"case": asdict(case), "seeds": seeds, "runs": runs}
+        print(
+            f"  {case.experiment} seed {seed}: rl_app {runs['rl_app'][-1]['wall_s']:.1f} s "
+            f"{runs['rl_app'][-1]['timesteps']:,} steps, SB3 {runs['sb3'][-1]['wall_s']:.1f} s "
+            f"{runs['sb3'][-1]['timesteps']:,} steps",
+            flush=True,
+        )
+    summary: dict[str, Any] = {
+        "case": asdict(case),
+        "seeds": seeds,
+        "runs": runs,
+        "torch_threads": {"rl_app": torch_threads_in(threads_env()), "sb3": runs["sb3"][0]["torch_threads"]},
+    }
     for name, rows in runs.items():
         walls = [r["wall_s"] for r in rows]
         summary[name] = {
             "median_wall_s": statistics.median(walls),
+            "wall_s": median_interval(walls),
             "min_wall_s": min(walls),
             "max_wall_s": max(walls),
             "median_timesteps": statistics.median(r["timesteps"] for r in rows),
+            "timesteps": median_interval([r["timesteps"] for r in rows]),
             "median_best_eval": statistics.median(r["best_eval"] for r in rows),
             "solved": sum(bool(r["solved"]) for r in rows),
         }
+    ours, theirs = runs["rl_app"], runs["sb3"]
+    summary["wall_ratio"] = paired_ratio([r["wall_s"] for r in ours], [r["wall_s"] for r in theirs])
+    summary["steps_ratio"] = paired_ratio([r["timesteps"] for r in ours], [r["timesteps"] for r in theirs])
     # An unsolved run's wall time is the cap: the ratio is then a lower bound.
-    summary["ratio"] = summary["rl_app"]["median_wall_s"] / summary["sb3"]["median_wall_s"]
+    summary["ratio"] = summary["wall_ratio"]["median"]
     summary["ratio_is_lower_bound"] = summary["rl_app"]["solved"] < len(seeds)
     return summary
 
@@ -470,6 +533,55 @@ def per_step_cost(
     }
 
 
+def solve_lines(cases: dict[str, Any]) -> list[str]:
+    """The time-to-solve tables: per side, medians with intervals; the ratios paired by seed."""
+    lines: list[str] = []
+    for key, t in cases.items():
+        case = t["case"]
+        sb3_lr = case.get("sb3_learning_rate")
+        threads = t.get("torch_threads", {})
+        lines += [
+            "",
+            f"**{key}**: CartPole-v1, {case['experiment']}"
+            + "".join(f" --set {override}" for override in case.get("overrides", ()))
+            + f" vs SB3 {case['sb3_algorithm']} + RL Zoo"
+            + (f" at learning rate {sb3_lr:g} (linear decay)" if sb3_lr else "")
+            + f"; time to eval return >= {TARGET:g}, {EVAL_EPISODES} deterministic episodes every "
+            f"{case['eval_every']:,} steps, cap {case['time_cap_s']:g} s; seeds {t['seeds']}"
+            + (f"; torch threads rl_app {threads['rl_app']}, SB3 {threads['sb3']}" if threads else "")
+            + (f" ({t['note']})" if "note" in t else ""),
+            "",
+            "| | wall s, whole process | env steps | best eval | solved |",
+            "|---|---|---|---|---|",
+        ]
+        for name in ("rl_app", "sb3"):
+            r = t[name]
+            wall = interval_text(r["wall_s"], 1) if "wall_s" in r else f"{r['median_wall_s']:.1f}"
+            steps = interval_text(r["timesteps"], 0) if "timesteps" in r else f"{r['median_timesteps']:,.0f}"
+            lines.append(
+                f"| {name} | {wall} | {steps} | {r['median_best_eval']:.1f} | "
+                f"{r['solved']}/{len(t['seeds'])} |"
+            )
+        bound = (
+            " (at least: rl_app did not solve every seed within the cap)" if t["ratio_is_lower_bound"] else ""
+        )
+        if "wall_ratio" in t:
+            lines.append(
+                "\nrl_app / SB3, paired by seed: wall time "
+                f"**{interval_text(t['wall_ratio'], 2, 'x')}**{bound}, "
+                f"env steps {interval_text(t['steps_ratio'], 2, 'x')}"
+            )
+        else:
+            lines.append(f"\nrl_app / SB3 median wall time: **{t['ratio']:.2f}x**{bound}")
+        if key in TARGET_CASES and "wall_ratio" in t:
+            met = t["wall_ratio"]["median"] <= TARGET_WALL_RATIO and not t["ratio_is_lower_bound"]
+            verdict = "met" if met else "**missed**"
+            lines.append(
+                f"\nTarget (fixed before the run): wall-time ratio <= {TARGET_WALL_RATIO:g}: {verdict}."
+            )
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     s = results["startup"]
     lines = [
@@ -482,31 +594,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"| `rl_app train`, 1 iteration, whole process | {s['train_process_1_iteration_s']:.1f} |",
         f"| of which the iteration | {s['first_iteration_s']:.1f} |",
     ]
-    for key, t in results.get("time_to_solve", {}).items():
-        case = t["case"]
-        lines += [
-            "",
-            f"{key.upper()} CartPole-v1 ({case['experiment']}"
-            + "".join(f" --set {override}" for override in case.get("overrides", ()))
-            + f" vs SB3 {case['sb3_algorithm']} + RL Zoo), "
-            f"time to eval return >= {TARGET:g} (seeds {t['seeds']}; {EVAL_EPISODES} deterministic episodes "
-            f"every {case['eval_every']:,} steps; cap {case['time_cap_s']:g} s)"
-            + (f" ({t['note']})" if "note" in t else ""),
-            "",
-            "| | median wall s | min-max | median steps | median best eval | solved |",
-            "|---|---|---|---|---|---|",
-        ]
-        for name in ("rl_app", "sb3"):
-            r = t[name]
-            lines.append(
-                f"| {name} | {r['median_wall_s']:.1f} | {r['min_wall_s']:.1f}-{r['max_wall_s']:.1f} | "
-                f"{r['median_timesteps']:,.0f} | {r['median_best_eval']:.1f} | "
-                f"{r['solved']}/{len(t['seeds'])} |"
-            )
-        bound = (
-            " (at least: rl_app did not solve every seed within the cap)" if t["ratio_is_lower_bound"] else ""
-        )
-        lines.append(f"\nrl_app / SB3 median wall time: **{t['ratio']:.2f}x**{bound}")
+    lines += solve_lines(results.get("time_to_solve", {}))
     lines += [
         "",
         "| sampling, steps/s (fraction of raw): ours / RLlib's | raw env | 0 runners | 1 runner | 2 runners "
@@ -586,10 +674,24 @@ def _keep_skipped_cases(results: dict[str, Any], skipped: list[str]) -> None:
                 break
 
 
+def seed_list(text: str) -> list[int]:
+    """``100-109`` or ``3,5,8``."""
+    if "-" in text:
+        first, last = (int(part) for part in text.split("-"))
+        return list(range(first, last + 1))
+    return [int(part) for part in text.split(",")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="start-up and sampling only (~2 min)")
-    parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1, medians over them")
+    parser.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=list(HELD_OUT_SEEDS),
+        help="e.g. 100-109 or 3,5,8 (default 100-109)",
+    )
+    parser.add_argument("--solve-only", action="store_true", help="the time-to-solve cases alone")
     parser.add_argument(
         "--skip", nargs="*", default=[], choices=sorted(CASES), help="time-to-solve cases to skip"
     )
@@ -601,10 +703,17 @@ def main() -> int:
     stem = RESULTS / f"compare-{results['date']}{'-quick' if args.quick else ''}"
     if stem.with_suffix(".json").exists():  # an earlier run today: kept, this one named by the hour
         stem = stem.with_name(f"{stem.name}-{datetime.now():%H%M}")
+    if args.solve_only:
+        stamp = f"{datetime.now():%Y-%m-%d-%H%M}"
+        cases = {key: time_to_solve(CASES[key], args.seeds) for key in CASES if key not in args.skip}
+        solved = {**results, "date": stamp, "time_to_solve": cases}
+        title = f"# Time to solve CartPole-v1, rl_app and SB3 + RL Zoo, {stamp} ({results['machine']})\n"
+        write_results(f"solve-{stamp}", solved, title + "\n".join(solve_lines(cases)) + "\n")
+        return 0
     results["startup"] = startup()
     if not args.quick:
         cases = [key for key in CASES if key not in args.skip]
-        results["time_to_solve"] = {key: time_to_solve(CASES[key], list(range(args.seeds))) for key in cases}
+        results["time_to_solve"] = {key: time_to_solve(CASES[key], args.seeds) for key in cases}
         _keep_skipped_cases(results, args.skip)
         # Kept as they come: a failure in the sampling part must not lose half an hour of runs.
         stem.with_suffix(".partial.json").write_text(json.dumps(results, indent=2) + "\n")
