@@ -209,14 +209,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         what = "body" if self._headers_done() else "headers"
         self.metrics.read_timeouts.labels(what).inc()
         if self._receiving and not self._answering():
-            seconds = self.limits.read_timeout_s
+            seconds = self._read_timeout()
             message = f"the request's {what} did not arrive within the read timeout of {seconds:g} s"
             self.transport.write(_json_error(408, "Request Timeout", "body", message))
         self.transport.close()  # a connection that never sent a byte is closed without a word
 
     def shutdown(self) -> None:
-        """Called by the server at SIGTERM: a request still arriving is dropped (503 when its
-        headers are in), one being computed finishes, an idle connection closes."""
+        """Called by the server at SIGTERM: a request still arriving is answered 503 and its
+        connection closed, one being computed finishes, an idle connection closes."""
         if not self._receiving:
             super().shutdown()
             return
