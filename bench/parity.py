@@ -43,6 +43,7 @@ class Case:
     # SB3's algorithm class and keyword arguments (RL Zoo's hyperparameters for the env).
     sb3: dict[str, Any] = field(default_factory=dict)
     differences: str = ""  # what differs between the two sides' settings
+    sb3_envs: int = 1  # SB3's vector env width (RL Zoo's n_envs)
 
 
 # RL Zoo's hyperparams/sac.yml: HalfCheetah (n_timesteps 1e6, learning_starts 10000, the rest SB3's
@@ -58,9 +59,58 @@ SAC_ZOO = {
     "ent_coef": "auto",
     "policy_kwargs": {"net_arch": [256, 256]},
 }
+# RL Zoo's hyperparams/ppo.yml and dqn.yml for CartPole-v1. A linear schedule is given as
+# ("linear", start, over_steps) and made in the worker so that at every mark it has the value it
+# would have in a run of over_steps (RL Zoo's n_timesteps), however far this run goes.
+PPO_CARTPOLE_ZOO = {
+    "algorithm": "PPO",
+    "n_steps": 32,
+    "batch_size": 256,
+    "gae_lambda": 0.8,
+    "gamma": 0.98,
+    "n_epochs": 20,
+    "ent_coef": 0.0,
+    "learning_rate": ("linear", 0.001, 100_000),
+    "clip_range": ("linear", 0.2, 100_000),
+}
+DQN_CARTPOLE_ZOO = {
+    "algorithm": "DQN",
+    "learning_rate": 2.3e-3,
+    "batch_size": 64,
+    "buffer_size": 100_000,
+    "learning_starts": 1000,
+    "gamma": 0.99,
+    "target_update_interval": 10,
+    "train_freq": 256,
+    "gradient_steps": 128,
+    "exploration_fraction": 0.16,
+    "exploration_final_eps": 0.04,
+    "policy_kwargs": {"net_arch": [256, 256]},
+}
 CASES = {
     case.experiment: case
     for case in (
+        Case(
+            "ppo_cartpole",
+            marks=(5_120, 10_240, 20_480),
+            seeds=tuple(range(100, 110)),
+            sb3={**PPO_CARTPOLE_ZOO, "learning_rate": ("linear", 0.002, 100_000)},
+            sb3_envs=8,
+            differences=(
+                "SB3 with RL Zoo's settings at rl_app's learning rate (2e-3 decaying linearly to 0 at "
+                "100k steps on both sides); SB3's clip range decays as RL Zoo's does, rl_app's stays 0.2"
+            ),
+        ),
+        Case(
+            "dqn_cartpole",
+            marks=(10_000, 25_000, 50_000),
+            seeds=tuple(range(100, 110)),
+            sb3=DQN_CARTPOLE_ZOO,
+            differences=(
+                "rl_app runs each round's 128 updates of 64 transitions as 64 updates of 128; "
+                "SB3 exactly RL Zoo's recipe"
+            ),
+        ),
         Case(
             "sac_halfcheetah",
             marks=(10_000, 20_000, 30_000),
@@ -135,10 +185,20 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
     from stable_baselines3.common.callbacks import BaseCallback
 
     torch.set_num_threads(THREADS)
-    kwargs = dict(case.sb3)
+    from stable_baselines3.common.env_util import make_vec_env
+
+    budget = max(case.marks)
+
+    def linear(start: float, over_steps: int) -> Any:
+        return lambda remaining: start * (1 - (1 - remaining) * budget / over_steps)
+
+    kwargs = {
+        key: linear(*value[1:]) if isinstance(value, tuple) else value for key, value in case.sb3.items()
+    }
     algorithm = getattr(stable_baselines3, kwargs.pop("algorithm"))
     name = env_id(case.experiment)
-    model = algorithm("MlpPolicy", gym.make(name), seed=seed, verbose=0, **kwargs)
+    env = make_vec_env(name, n_envs=case.sb3_envs, seed=seed) if case.sb3_envs > 1 else gym.make(name)
+    model = algorithm("MlpPolicy", env, seed=seed, verbose=0, **kwargs)
     eval_env = gym.make(name)
     rows: list[dict[str, Any]] = []
     began = time.perf_counter()
