@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from common import write_results
 from stats import interval_text, median_interval, paired_difference
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,7 +166,8 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
                 row: dict[str, Any] = {"mark": marks.pop(0), "steps": int(steps)}
                 for explore in (False, True):
                     module = copy.deepcopy(algo.get_module())
-                    results = run_episodes(Policy(module, explore=explore).eval(), env_spec, episodes)
+                    policy = Policy(module, explore=explore, timestep=int(steps)).eval()
+                    results = run_episodes(policy, env_spec, episodes)
                     row["sampled" if explore else "deterministic"] = [r.episode_return for r in results]
                 torch.set_num_threads(THREADS)  # run_episodes takes one thread
                 row["wall_s"] = time.perf_counter() - began
@@ -330,9 +332,7 @@ def main() -> int:
                 print(f"{name}: {side}, seed {seed}", file=sys.stderr, flush=True)
                 runs[side].append({"seed": seed, **run_side(side, case, seed)})
         results["cases"][name] = {"case": asdict(case), "runs": runs, "summary": summarize(case, runs)}
-    from common import write_results
-
-    write_results(f"parity-{stamp}", results, markdown(results))
+        write_results(f"parity-{stamp}", results, markdown(results))  # each case kept as it ends
     return 0
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers import TINY_RUNS, rllib_actions
 
 from rl_app.errors import UserError
-from rl_app.runs.checkpoints import list_checkpoints
+from rl_app.runs.checkpoints import list_checkpoints, read_info
 from rl_app.training.run import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -363,3 +364,27 @@ def test_a_checkpoint_of_another_ray_version_is_refused_before_anything_is_touch
     assert [p.name for p in (tmp_path / "ppo_cartpole").iterdir()] == ["old"]
     report = evaluate(str(run_dir), episodes=1, allow_version_mismatch=True)
     assert report["episodes"] == 1
+
+
+def test_explored_dqn_actions_are_epsilon_greedy_at_the_epsilon_training_reached(
+    runs: dict[str, Path],
+) -> None:
+    """``evaluate --explore`` of a DQN run: RLlib's epsilon-greedy, its epsilon where the schedule
+    stood at the checkpoint (dqn_cartpole: 1.0 to 0.04 over the first 8,000 steps)."""
+    from rl_app.policy.evaluate import evaluate
+    from rl_app.policy.module import load_policy
+
+    checkpoint = list_checkpoints(runs["dqn_cartpole"])[-1]
+    timesteps = read_info(checkpoint).timesteps
+    epsilon = 1.0 + (0.04 - 1.0) * min(timesteps, 8000) / 8000
+    obs = torch.as_tensor(np.random.default_rng(0).uniform(-1, 1, size=(4000, 4)).astype(np.float32))
+    explored = load_policy(checkpoint, explore=True)(obs).numpy()
+    greedy = load_policy(checkpoint)(obs).numpy()
+    # A random action of two differs from the greedy one half the time.
+    expected, differing = epsilon / 2, float(np.mean(explored != greedy))
+    assert abs(differing - expected) < 4 * np.sqrt(expected * (1 - expected) / len(obs)) + 1e-9, (
+        differing,
+        expected,
+    )
+    report = evaluate(str(checkpoint), episodes=2, explore=True)
+    assert report["episodes"] == 2 and report["explore"] is True

@@ -49,12 +49,18 @@ class Policy(torch.nn.Module):
     """``forward(obs_batch) -> action_batch``; traceable for TorchScript and ONNX when not exploring."""
 
     def __init__(
-        self, module: Any, explore: bool = False, observation_filter: ObservationFilter | None = None
+        self,
+        module: Any,
+        explore: bool = False,
+        observation_filter: ObservationFilter | None = None,
+        timestep: int = 0,
     ) -> None:
         super().__init__()
         self.module = module
         self.observation_filter = observation_filter
         self.explore = explore
+        # Exploration that follows a schedule (DQN's epsilon) is taken where training left it.
+        self.timestep = timestep
         self.action_space = module.action_space
         self.observation_space = module.observation_space
         self.dist_cls = (
@@ -76,8 +82,12 @@ class Policy(torch.nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.explore:
-            out = self.module.forward_exploration(self.module_inputs(obs))
-            action = self.dist_cls.from_logits(out["action_dist_inputs"]).sample()
+            # ``t`` as RLlib's env runners pass it; DQN's module picks its epsilon-greedy action itself.
+            out = self.module.forward_exploration(self.module_inputs(obs), t=self.timestep)
+            if "actions" in out:
+                action = out["actions"]
+            else:
+                action = self.dist_cls.from_logits(out["action_dist_inputs"]).sample()
         else:
             out = self.module.forward_inference(self.module_inputs(obs))
             if "actions" in out:  # DQN's module picks the greedy action itself
@@ -183,10 +193,16 @@ def load_policy(checkpoint: Path, explore: bool = False) -> Policy | TabularPoli
         return TabularPolicy(q_table, discretizer, *load_spaces(checkpoint)).eval()
 
     from rl_app.rllib.algorithm import load_module
+    from rl_app.runs.checkpoints import read_info
 
     module = load_module(checkpoint)
     module.eval()
-    policy = Policy(module, explore=explore, observation_filter=load_observation_filter(checkpoint)).eval()
+    policy = Policy(
+        module,
+        explore=explore,
+        observation_filter=load_observation_filter(checkpoint),
+        timestep=read_info(checkpoint).timesteps,
+    ).eval()
     policy.requires_grad_(False)  # an inference artifact: exported outputs need no autograd
     return policy
 
