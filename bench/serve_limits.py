@@ -106,6 +106,15 @@ def stalled_connections(export: Path, count: int, read_timeout: float) -> dict[s
 def markdown(results: dict[str, Any]) -> str:
     shutdown, stalled = results["summary"]["shutdown"], results["summary"]["stalled"]
     rounds = results["rounds"]
+
+    def row(
+        figure: str, summary: dict[str, Any], values: list[Any], digits: int = 0, suffix: str = ""
+    ) -> str:
+        return f"| {figure} | {interval_text(summary, digits, suffix)} | {', '.join(map(str, values))} |"
+
+    def stalled_row(figure: str, key: str) -> str:
+        return row(figure, stalled[key], [r["stalled"][key] for r in rounds])
+
     return "\n".join(
         [
             f"# rl_app serve with stuck and stalled clients, {results['date']}",
@@ -114,26 +123,19 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             "| figure | median [95 % interval] | by round |",
             "|---|---|---|",
-            "| SIGTERM to exit, 2 requests half sent (defaults: --shutdown-timeout 5) | "
-            f"{interval_text(shutdown, 3, ' s')} | "
-            + ", ".join(f"{r['shutdown']['seconds']:.3f}" for r in rounds)
-            + " |",
-            f"| server descriptors before {results['connections']:,} stalled connections | "
-            f"{interval_text(stalled['before'], 0)} | "
-            + ", ".join(str(r["stalled"]["before"]) for r in rounds)
-            + " |",
-            "| while they are held | "
-            f"{interval_text(stalled['held'], 0)} | "
-            + ", ".join(str(r["stalled"]["held"]) for r in rounds)
-            + " |",
-            f"| after the read timeout ({results['read_timeout']:g} s) | "
-            f"{interval_text(stalled['after'], 0)} | "
-            + ", ".join(str(r["stalled"]["after"]) for r in rounds)
-            + " |",
-            "| clients answered 408 | "
-            f"{interval_text(stalled['answered_408'], 0)} | "
-            + ", ".join(str(r["stalled"]["answered_408"]) for r in rounds)
-            + " |",
+            row(
+                "SIGTERM to exit, 2 requests half sent (defaults: --shutdown-timeout 5)",
+                shutdown,
+                [f"{r['shutdown']['seconds']:.3f}" for r in rounds],
+                3,
+                " s",
+            ),
+            stalled_row(
+                f"server descriptors before {results['connections']:,} stalled connections", "before"
+            ),
+            stalled_row("while they are held", "held"),
+            stalled_row(f"after the read timeout ({results['read_timeout']:g} s)", "after"),
+            stalled_row("clients answered 408", "answered_408"),
             "",
             f"Exit codes after SIGTERM: {sorted({r['shutdown']['exit_code'] for r in rounds})}; "
             f'the server\'s line: "{rounds[-1]["shutdown"]["line"]}".',

@@ -177,36 +177,57 @@ def in_private_mount_namespace(script: str, tmp_path: Path) -> subprocess.Comple
     )  # fmt: skip
 
 
-def test_a_disk_that_fills_for_real_stops_the_run_in_one_line_and_keeps_every_complete_checkpoint(
-    tmp_path: Path,
-) -> None:
-    # A 3 MB tmpfs holds the run folder and two or three checkpoints of a [256, 256] model;
-    # the run is copied off it before the namespace (and the tmpfs) goes away.
-    sets = " ".join(
-        f"--set '{item}'"
-        for item in ["stop.iterations=12", "checkpoint.every=1", "checkpoint.keep=12",
-                     "model.fcnet_hiddens=[256, 256]", "evaluation.interval=0"]
-    )  # fmt: skip
+def train_on_a_tmpfs(
+    tmp_path: Path, size: str, overrides: list[str], meanwhile: str = ""
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """``rl_app train ppo_cartpole`` with its runs folder on a tmpfs of ``size`` of its own; the
+    shell in ``meanwhile`` runs beside it (``$pid`` is the driver's); the run is copied off the
+    tmpfs before the namespace, and the tmpfs, go away. The result and the copied run folder."""
+    sets = " ".join(f"--set '{item}'" for item in [*overrides, "evaluation.interval=0"])
     script = f"""
-        mkdir disk copy && mount -t tmpfs -o size=3m tmpfs disk || exit 99
-        $RL_APP train ppo_cartpole --runs-dir disk {sets}
+        mkdir disk copy && mount -t tmpfs -o size={size} tmpfs disk || exit 99
+        $RL_APP train ppo_cartpole --runs-dir disk {sets} &
+        pid=$!
+        {meanwhile}
+        wait $pid
         code=$?
         cp -a disk/. copy/
         exit $code
     """
     result = in_private_mount_namespace(script, tmp_path)
     (run_dir,) = (tmp_path / "copy" / "ppo_cartpole").iterdir()
+    return result, run_dir
 
+
+def assert_refused_checkpoint(
+    result: subprocess.CompletedProcess, run_dir: Path, os_error: str
+) -> list[Path]:
+    """One line, exit 2, naming the OS error and the checkpoint kept; every checkpoint left sound
+    and no half-written one; progress.csv has every iteration trained. The checkpoints left."""
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "No space left on device" in result.stderr and "cannot write checkpoint iter_" in result.stderr
+    assert os_error in result.stderr and "cannot write checkpoint iter_" in result.stderr
     kept = list_checkpoints(run_dir)
-    assert kept and f"the latest complete checkpoint, {kept[-1].name}, is kept" in result.stderr
+    assert kept and f"the latest complete checkpoint, {kept[-1].name}, is kept and resumable" in result.stderr
     for checkpoint in kept:
         verify_checkpoint(checkpoint)  # every file its marker lists, at its size and CRC-32
     assert not list((run_dir / "checkpoints").glob(".partial-*"))
-    trained = iterations(run_dir)
-    assert trained == list(range(1, len(kept) + 2))  # progress.csv has the iteration whose save failed
+    assert iterations(run_dir) == list(range(1, len(kept) + 2))  # with the one whose save failed
+    return kept
+
+
+def test_a_disk_that_fills_for_real_stops_the_run_in_one_line_and_keeps_every_complete_checkpoint(
+    tmp_path: Path,
+) -> None:
+    # 3 MB hold the run folder and two or three checkpoints of a [256, 256] model.
+    overrides = [
+        "stop.iterations=12",
+        "checkpoint.every=1",
+        "checkpoint.keep=12",
+        "model.fcnet_hiddens=[256, 256]",
+    ]
+    result, run_dir = train_on_a_tmpfs(tmp_path, "3m", overrides)
+    assert_refused_checkpoint(result, run_dir, "No space left on device")
     resumed = train(None, [], resume=str(run_dir), runs_root=tmp_path)  # off the full disk
     assert resumed.status == "finished" and iterations(run_dir) == list(range(1, 13))
 
@@ -215,34 +236,19 @@ def test_a_checkpoints_folder_made_read_only_mid_run_stops_the_run_in_one_line(t
     # The driver is stopped between iterations while its checkpoints folder is bind-mounted
     # read-only over itself (a remount of a folder with files open for writing is refused by the
     # kernel), then let go on; its next save meets a read-only file system.
-    sets = " ".join(
-        f"--set '{item}'"
-        for item in ["stop.iterations=50", "checkpoint.every=1", "checkpoint.keep=5", "evaluation.interval=0",
-                     "training.train_batch_size_per_learner=2048"]
-    )  # fmt: skip
-    script = f"""
-        mkdir disk copy && mount -t tmpfs -o size=64m tmpfs disk || exit 99
-        $RL_APP train ppo_cartpole --runs-dir disk {sets} &
-        pid=$!
+    overrides = [
+        "stop.iterations=50",
+        "checkpoint.every=1",
+        "checkpoint.keep=5",
+        "training.train_batch_size_per_learner=2048",
+    ]
+    meanwhile = """
         until [ -e disk/ppo_cartpole/*/checkpoints/iter_000002/rl_app_checkpoint.json ]; do sleep 0.01; done
         kill -STOP $pid
         folder=$(echo disk/ppo_cartpole/*/checkpoints)
         mount --bind "$folder" "$folder" && mount -o remount,bind,ro "$folder" || exit 98
         kill -CONT $pid
-        wait $pid
-        code=$?
-        cp -a disk/. copy/
-        exit $code
     """
-    result = in_private_mount_namespace(script, tmp_path)
-    (run_dir,) = (tmp_path / "copy" / "ppo_cartpole").iterdir()
-
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "Read-only file system" in result.stderr
-    kept = list_checkpoints(run_dir)
+    result, run_dir = train_on_a_tmpfs(tmp_path, "64m", overrides, meanwhile)
+    kept = assert_refused_checkpoint(result, run_dir, "Read-only file system")
     assert kept[-1].name == "iter_000002"  # the save of iteration 3 was the first to meet it
-    assert f"the latest complete checkpoint, {kept[-1].name}, is kept and resumable" in result.stderr
-    for checkpoint in kept:
-        verify_checkpoint(checkpoint)
-    assert iterations(run_dir) == list(range(1, len(kept) + 2))

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serve_client import act, request, serving
+from serve_client import Server, act, request, serving
 
 from rl_app.policy.export import export_policy
 from rl_app.serve.connections import ConnectionLimits
@@ -100,6 +100,21 @@ def metric(port: int, series: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def sigterm_with_a_request_in_flight(server: Server) -> tuple[list[int], int, float, str]:
+    """SIGTERM while one request waits in the batcher: its status, the exit code, the seconds from
+    the signal to the exit, and the server's output."""
+    in_flight: list[int] = []
+    worker = threading.Thread(target=lambda: in_flight.append(act(server.port, OBSERVATION).status))
+    worker.start()
+    time.sleep(0.3)
+    signalled = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    code = server.process.wait(timeout=30)
+    took = time.monotonic() - signalled
+    worker.join(timeout=10)
+    return in_flight, code, took, server.output()
+
+
 def test_sigterm_with_a_half_sent_request_exits_within_the_bound_and_answers_requests_in_flight(
     export: Path,
 ) -> None:
@@ -108,16 +123,7 @@ def test_sigterm_with_a_half_sent_request_exits_within_the_bound_and_answers_req
     with serving(str(export), *limits) as server:
         stuck_body = half_sent_request(server.port, body_bytes=10)
         stuck_headers = half_sent_request(server.port, body_bytes=None)
-        in_flight: list[int] = []
-        worker = threading.Thread(target=lambda: in_flight.append(act(server.port, OBSERVATION).status))
-        worker.start()
-        time.sleep(0.3)
-        signalled = time.monotonic()
-        server.process.send_signal(signal.SIGTERM)
-        code = server.process.wait(timeout=30)
-        took = time.monotonic() - signalled
-        worker.join(timeout=10)
-        output = server.output()
+        in_flight, code, took, output = sigterm_with_a_request_in_flight(server)
         assert in_flight == [200], output
         assert took < 3.0, f"the server took {took:.1f} s to stop: {output}"
         assert status_of(stuck_body) == 503 and status_of(stuck_headers) == 503
@@ -130,16 +136,7 @@ def test_a_request_computed_past_the_shutdown_timeout_is_cut_and_counted_without
     export: Path,
 ) -> None:
     with serving(str(export), "--shutdown-timeout", "0.5", "--max-wait-ms", "20000") as server:
-        in_flight: list[int] = []
-        worker = threading.Thread(target=lambda: in_flight.append(act(server.port, OBSERVATION).status))
-        worker.start()
-        time.sleep(0.3)
-        signalled = time.monotonic()
-        server.process.send_signal(signal.SIGTERM)
-        code = server.process.wait(timeout=30)
-        took = time.monotonic() - signalled
-        worker.join(timeout=10)
-        output = server.output()
+        in_flight, code, took, output = sigterm_with_a_request_in_flight(server)
         assert took < 2.0, f"the server took {took:.1f} s to stop: {output}"
         assert code == 1 and "1 request(s) cut (1 unfinished after the 0.5 s shutdown timeout)" in output
         assert in_flight == [503]  # never computed: a client may retry it elsewhere
