@@ -33,6 +33,8 @@ from common import write_results
 from load import LoadResult, http_request, run_load, run_load_aiohttp, send_once
 from stats import interval_text, median_interval, paired_ratio
 
+from rl_app.cluster.nodes import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = (1, 8, 64)
 CHECK_OBSERVATIONS = [[0.01, 0.02, 0.03, 0.04], [0.0, 0.5, -0.1, -0.5], [0.1, -0.4, 0.05, 0.3]]
@@ -76,18 +78,15 @@ def tree_revision() -> str:
     return subprocess.run(describe, cwd=REPO, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start(
-    command: list[str], port: int, env: dict[str, str], timeout: float = 180
+    command: list[str], port: int, env: dict[str, str] | None = None, timeout: float = 180, output: Any = None
 ) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    """``command``, a server on ``port``, once it answers an act request; its stdout and stderr to
+    ``output`` (None: discarded)."""
+    stdout, stderr = (
+        (subprocess.DEVNULL, subprocess.DEVNULL) if output is None else (output, subprocess.STDOUT)
+    )
+    process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=env)
     deadline = time.monotonic() + timeout
     request = http_request("/v1/act", ONE_OBSERVATION)
     while True:

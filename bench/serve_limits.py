@@ -23,28 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from common import write_results
-from load import http_request, send_once
-from serve import free_port
+from serve import start
 from stats import interval_text, median_interval
+
+from rl_app.cluster.nodes import free_port
 
 ACT = b'{"observations": [[0.01, 0.02, 0.03, 0.04]]}'
 
 
-def start(export: Path, *flags: str) -> tuple[subprocess.Popen[bytes], int]:
-    import asyncio
-
+def start_server(export: Path, *flags: str) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     command = [sys.executable, "-m", "rl_app", "serve", str(export), "--port", str(port), *flags]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if asyncio.run(send_once(port, http_request("/v1/act", ACT)))[0] == 200:
-                return process, port
-        except OSError:
-            time.sleep(0.1)
-    process.kill()
-    raise SystemExit(f"the server did not start: {' '.join(command)}")
+    return start(command, port, output=subprocess.PIPE), port
 
 
 def half_sent(port: int, body: bool) -> socket.socket:
@@ -60,7 +50,7 @@ def descriptors(pid: int) -> int:
 
 
 def shutdown_with_stuck_clients(export: Path) -> dict[str, Any]:
-    process, port = start(export)
+    process, port = start_server(export)
     stuck = [half_sent(port, body) for body in (True, False)]
     time.sleep(0.3)
     signalled = time.perf_counter()
@@ -74,7 +64,7 @@ def shutdown_with_stuck_clients(export: Path) -> dict[str, Any]:
 
 
 def stalled_connections(export: Path, count: int, read_timeout: float) -> dict[str, Any]:
-    process, port = start(export, "--read-timeout", f"{read_timeout:g}")
+    process, port = start_server(export, "--read-timeout", f"{read_timeout:g}")
     time.sleep(0.5)
     before = descriptors(process.pid)
     stalled = [half_sent(port, i % 2 == 0) for i in range(count)]

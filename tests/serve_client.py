@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,11 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from rl_app.cluster.nodes import free_port
 
 
 @dataclass

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from uvicorn import Server
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from rl_app.errors import UserError
+
 if TYPE_CHECKING:
     from rl_app.serve.app import ServeMetrics
 
@@ -234,23 +236,30 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def limited_protocol(
-    limits: ConnectionLimits, metrics: ServeMetrics, app: Any
-) -> tuple[type[LimitedHttpToolsProtocol], ConnectionBook]:
-    """A protocol class for one server (uvicorn's ``Config(http=...)``) and the book it keeps."""
+def connection_book(wanted: int | None) -> ConnectionBook:
+    """The counts of a server taking ``wanted`` connections at once (None: as many as the open-file
+    limit leaves room for); a one-line error when that limit leaves no room for ``wanted``."""
     descriptors = descriptor_limit()
-    book = ConnectionBook(
-        max_connections=limits.max_connections or most_connections(descriptors),
-        max_overflow=overflow_for(descriptors),
-    )
+    most = most_connections(descriptors)
+    if wanted is not None and wanted > most:
+        raise UserError(
+            f"--max-connections {wanted}: the limit of {descriptors} open files leaves room for at most "
+            f"{most} (raise it with 'ulimit -n')"
+        )
+    return ConnectionBook(max_connections=wanted or most, max_overflow=overflow_for(descriptors))
+
+
+def limited_protocol(
+    limits: ConnectionLimits, book: ConnectionBook, metrics: ServeMetrics, app: Any
+) -> type[LimitedHttpToolsProtocol]:
+    """A protocol class for one server (uvicorn's ``Config(http=...)``), counting in ``book``."""
     fields = {
         "limits": limits,
         "book": book,
         "metrics": metrics,
         "over_limit_app": staticmethod(_over_limit_app(app, book, metrics)),
     }
-    protocol = type("ServerHttpToolsProtocol", (LimitedHttpToolsProtocol,), fields)
-    return protocol, book
+    return type("ServerHttpToolsProtocol", (LimitedHttpToolsProtocol,), fields)
 
 
 class _CancelledRequestFilter(logging.Filter):

@@ -21,9 +21,8 @@ from rl_app.serve.connections import (
     BoundedShutdownServer,
     ConnectionLimits,
     ShutdownReport,
-    descriptor_limit,
+    connection_book,
     limited_protocol,
-    most_connections,
 )
 from rl_app.serve.policy import SPEC, ServedPolicy, load_served_policy
 
@@ -131,7 +130,7 @@ def serve(
     import uvicorn
 
     limits = limits or ConnectionLimits()
-    check_max_connections(limits.max_connections)
+    book = connection_book(limits.max_connections)  # checked before the policy is loaded
     token = read_token(token_file, host)
     settings = ServeSettings(**{**asdict(settings or ServeSettings()), "token": token})
     with policy_source(location, fmt, runs_root, allow_version_mismatch) as source:
@@ -142,10 +141,9 @@ def serve(
         app = build_app(service)
         sock = bind(host, port)
         address = sock.getsockname()
-        protocol, book = limited_protocol(limits, service.metrics, app)
         config = uvicorn.Config(
             app,
-            http=protocol,
+            http=limited_protocol(limits, book, service.metrics, app),
             log_level="warning",
             access_log=False,
             server_header=False,
@@ -189,15 +187,3 @@ def serve(
         if server.report is not None:
             print(server.report.line(limits.shutdown_timeout_s), flush=True)
         return server.report
-
-
-def check_max_connections(wanted: int | None) -> None:
-    """A one-line error when ``--max-connections`` leaves no room under the descriptor limit."""
-    if wanted is None:
-        return
-    descriptors = descriptor_limit()
-    if wanted > (most := most_connections(descriptors)):
-        raise UserError(
-            f"--max-connections {wanted}: the limit of {descriptors} open files leaves room for at most "
-            f"{most} (raise it with 'ulimit -n')"
-        )
