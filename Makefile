@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: test-cluster bench-solve bench-before-after bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
+.PHONY: mlflow-ui test-cluster bench-solve bench-before-after bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -85,6 +85,17 @@ runs: setup ## list runs with status, best return and last checkpoint
 
 report: setup ## reward curves of RUN (several: RUN="a b" adds runs/reports/<stamp>/comparison.png, or OUT=file.png)
 	$(BIN)/rl_app report $(RUN) $(if $(OUT),--out $(OUT)) $(ARGS)
+
+MLFLOW_UI_ENV := .venv-mlflow-ui
+$(MLFLOW_UI_ENV)/.installed: requirements-mlflow-ui.txt
+	@[ -x $(MLFLOW_UI_ENV)/bin/python ] || $(PYTHON) -m venv $(MLFLOW_UI_ENV)
+	$(MLFLOW_UI_ENV)/bin/python -m pip install --quiet -r requirements-mlflow-ui.txt
+	@touch $@
+
+mlflow-ui: $(MLFLOW_UI_ENV)/.installed ## the MLflow UI of ./mlruns (train --track) on 127.0.0.1:5000 (PORT=5000; its own venv)
+	@mkdir -p mlruns/artifacts
+	$(MLFLOW_UI_ENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlruns/mlflow.db \
+		--default-artifact-root $(CURDIR)/mlruns/artifacts --host 127.0.0.1 --port $(or $(PORT),5000) --workers 1
 
 tensorboard: setup ## serve TensorBoard for runs/ on 127.0.0.1:6006
 	$(BIN)/tensorboard --logdir runs --host 127.0.0.1 --port $(or $(PORT),6006)

@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     _add_cluster_token(train)
     _add_runs_dir(train)
+    _add_tracking(train)
     train.add_argument("--verbose", action="store_true", help="show Ray's and RLlib's own logs")
 
     sweep = commands.add_parser("sweep", help="Ray Tune sweep over an experiment's sweep: section")
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     _add_cluster_token(sweep)
     _add_runs_dir(sweep)
+    _add_tracking(sweep)
     sweep.add_argument("--verbose", action="store_true", help="show Ray's, Tune's and RLlib's own logs")
 
     cluster = commands.add_parser(
@@ -121,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--follow", action="store_true", help="logs: keep streaming until the job ends")
     jobs.add_argument("--json", action="store_true", help="list: print the jobs as JSON (for scripts)")
     _add_job_target(jobs)
+
+    track = commands.add_parser("track", help="log a run folder to MLflow (what the server lacks)")
+    track.add_argument("run", metavar="RUN", help="run folder")
+    track.add_argument(
+        "--tracking-uri",
+        metavar="URI",
+        help="MLflow server (default: the run's, else $MLFLOW_TRACKING_URI, else ./mlruns)",
+    )
 
     runs = commands.add_parser("runs", help="list runs: experiment, env, status, best return, checkpoint")
     _add_runs_dir(runs)
@@ -306,6 +316,15 @@ def _add_job_target(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_tracking(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--track", action="store_true", help="log to MLflow (as tracking.mlflow: true)")
+    parser.add_argument(
+        "--tracking-uri",
+        metavar="URI",
+        help="MLflow server, http://HOST:PORT (default: $MLFLOW_TRACKING_URI, else ./mlruns next to runs/)",
+    )
+
+
 def _add_runs_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="where run folders go (default: runs)"
@@ -340,6 +359,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         address=args.address,
         token_file=args.token_file,
         runs_root=args.runs_dir,
+        track=args.track,
+        tracking_uri=args.tracking_uri,
         verbose=args.verbose,
     )
     return EXIT_INTERRUPTED if summary.status == "interrupted" else 0
@@ -357,6 +378,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         address=args.address,
         token_file=args.token_file,
         runs_root=args.runs_dir,
+        track=args.track,
+        tracking_uri=args.tracking_uri,
         verbose=args.verbose,
     )
     return EXIT_INTERRUPTED if summary.status == "interrupted" else 0
@@ -436,6 +459,12 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     else:
         jobs.stop_job(args.job_id, args.address, args.token_file)
     return 0
+
+
+def _cmd_track(args: argparse.Namespace) -> int:
+    from rl_app.tracking.run import track_run
+
+    return track_run(Path(args.run), args.tracking_uri)
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
@@ -538,6 +567,7 @@ COMMANDS = {
     "submit": _cmd_submit,
     "jobs": _cmd_jobs,
     "runs": _cmd_runs,
+    "track": _cmd_track,
     "report": _cmd_report,
     "evaluate": _cmd_evaluate,
     "export": _cmd_export,

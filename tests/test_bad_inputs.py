@@ -358,6 +358,22 @@ CASES = {
         ["runs folder 'no-such-runs' does not exist"],
     ),
     "report of what is not a run": (None, ["report", "experiments"], ["has no progress.csv"]),
+    "tracking uri that is a path": (
+        None,
+        ["train", "good", "--track", "--tracking-uri", "mlruns"],
+        ["--tracking-uri: 'mlruns' is not an MLflow tracking URI", "sqlite:///path/mlflow.db"],
+    ),
+    "sweep tracking uri scheme": (
+        sweep("seed: {choice: [1]}"),
+        ["sweep", "bad", "--tracking-uri", "ftp://host/x"],
+        ["--tracking-uri: 'ftp://host/x' is not an MLflow tracking URI", "schemes: http, https"],
+    ),
+    "tracking key misspelt": (
+        GOOD + "tracking: {mlfow: true}\n",
+        ["show", "bad"],
+        ["tracking.mlfow", "did you mean 'mlflow'?"],
+    ),
+    "track of what is not a run": (None, ["track", "experiments"], ["'experiments' is not a run folder"]),
 }
 
 # Option values argparse refuses: (command line, expected fragments); exit 2 through SystemExit.

@@ -86,3 +86,10 @@ def test_make_setups_editable_install_prints_nothing() -> None:
     result = subprocess.run(command, shell=True, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout + result.stderr == ""
+
+
+def test_the_mlflow_ui_is_the_tracking_clients_version() -> None:
+    """The UI's server migrates the database the client writes: one schema, one version."""
+    client = pins(REPO / "requirements.txt")["mlflow-skinny"]
+    (ui,) = pins(REPO / "requirements-mlflow-ui.txt").values()
+    assert ui.name == "mlflow" and str(ui.specifier) == str(client.specifier)

@@ -321,6 +321,18 @@ class EvaluationSection(Section):
     explore: bool = Field(False, description="False: deterministic (greedy) actions.")
 
 
+class TrackingSection(Section):
+    """Where else the run is recorded: an MLflow tracking server (``--track`` turns it on too)."""
+
+    mlflow: bool = Field(
+        False,
+        description="Log params, metrics and artifacts to MLflow ($MLFLOW_TRACKING_URI, else ./mlruns).",
+    )
+    experiment_name: str | None = Field(
+        None, min_length=1, description="MLflow experiment (default: this experiment's name)."
+    )
+
+
 SPACE_KINDS = ("choice", "grid", "uniform", "loguniform", "randint", "quniform")
 
 
@@ -450,6 +462,7 @@ class Experiment(Section, Generic[T]):
         default_factory=list,
         description="Seeds its settings were chosen on; benches report figures on other seeds.",
     )
+    tracking: TrackingSection = Field(default_factory=TrackingSection)  # type: ignore[arg-type]
     storage: str | None = Field(
         None, description="Mirror run folders to this local path or URI (s3://, gs://, ...)."
     )

@@ -80,4 +80,9 @@ def list_runs(runs_root: Path, console: Console | None = None, as_json: bool = F
         ]
         for row in found
     ]
-    console.print(fitted_table(f"Runs in {runs_root}", RUN_COLUMNS, rows, console.width))
+    columns = RUN_COLUMNS
+    if any(row.mlflow_run_id for row in found):
+        columns = [*RUN_COLUMNS, Column("mlflow run", optional=True)]
+        for cells, row in zip(rows, found, strict=True):
+            cells.append(row.mlflow_run_id)
+    console.print(fitted_table(f"Runs in {runs_root}", columns, rows, console.width))

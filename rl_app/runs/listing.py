@@ -26,6 +26,7 @@ class RunRow:
     timesteps: int = 0
     best_return: float = math.nan
     last_checkpoint: str = ""
+    mlflow_run_id: str = ""
 
     def as_json(self, runs_root: Path) -> dict[str, Any]:
         """The row for ``rl_app runs --json``: the run as a path relative to ``runs_root``, NaN as null."""
@@ -40,6 +41,7 @@ class RunRow:
             "timesteps": self.timesteps,
             "best_return": None if math.isnan(self.best_return) else self.best_return,
             "last_checkpoint": self.last_checkpoint,
+            "mlflow_run_id": self.mlflow_run_id or None,
         }
 
 
@@ -64,6 +66,7 @@ def find_runs(runs_root: Path) -> list[RunRow]:
             status=run_status(run_dir),
             started_at=str(meta.get("started_at", ""))[:19].replace("T", " "),
             env=_env_id(run_dir),
+            mlflow_run_id=str((meta.get("mlflow") or {}).get("run_id", "")),
         )
         progress = run_dir / "progress.csv"
         if progress.is_file():

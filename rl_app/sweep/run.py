@@ -22,11 +22,13 @@ from rl_app.config import ExperimentConfig, load_experiment, validate_experiment
 from rl_app.config.loader import read_yaml
 from rl_app.config.sweep import metric_name
 from rl_app.console.progress import format_value, sweep_console, trial_table
+from rl_app.console.tables import warner
 from rl_app.errors import UserError
 from rl_app.runs.files import read_json, write_json
 from rl_app.runs.layout import (
     EXPERIMENT_FILE,
     check_runs_root,
+    experiment_dict,
     new_run_dir,
     package_versions,
     write_experiment,
@@ -42,6 +44,7 @@ from rl_app.sweep.results import (
     write_trial_experiments,
 )
 from rl_app.sweep.space import count_trials
+from rl_app.tracking.target import tracking_target
 from rl_app.training.backends import require_rllib
 from rl_app.training.plan import check_experiment_env
 
@@ -141,6 +144,8 @@ def run_sweep(
     address: str | None = None,
     token_file: str | None = None,
     runs_root: Path = Path("runs"),
+    track: bool = False,
+    tracking_uri: str | None = None,
     verbose: bool = False,
     console: Console | None = None,
 ) -> SweepSummary:
@@ -166,6 +171,12 @@ def run_sweep(
     assert sweep is not None
     metric = metric_name(experiment)
     num_trials = count_trials(sweep)
+    recorded = read_json(plan.folder.local / SWEEP_FILE).get("mlflow") if plan.folder else None
+    if plan.folder is not None and track and not recorded:
+        raise UserError("--track: this sweep was started without tracking; --resume continues it as started")
+    tracking_to = tracking_target(
+        experiment, plan.name, track=track, uri=tracking_uri, runs_root=runs_root, recorded=recorded
+    )
     began = time.monotonic()
     with ray_session(address, verbose=verbose, token_file=token_file) as cluster:
         if not verbose:
@@ -205,14 +216,32 @@ def run_sweep(
             console.print(f"[yellow]warning:[/yellow] {late}; each trial is evaluated once when it stops")
         mirrored = f" (trials and checkpoints in {folder.describe()})" if folder.mirrors else ""
         console.print(f"Sweep folder: {folder.local}{mirrored}")
+        tracking = None
+        if tracking_to is not None:
+            from rl_app.tracking.sweep import SweepTracking
+
+            console.print(f"Tracking: {tracking_to.describe()}")
+            data = experiment_dict(experiment)
+            tracking = SweepTracking(tracking_to, folder.local / SWEEP_FILE, plan.name, data, warner(console))
         if plan.folder is None:
-            tuner = new_tuner(experiment, plan.name, plan.source, folder, resources)
+            callbacks = [tracking.callback()] if tracking else []
+            tuner = new_tuner(experiment, plan.name, plan.source, folder, resources, callbacks)
         else:
             tuner = restored_tuner(experiment, plan.name, plan.source, folder, resources)
             console.print("Resuming: finished trials are kept, unfinished ones continue from checkpoints")
         tuner.fit()
         rows = collect_trials(folder, METRIC_COLUMNS[metric], sweep.mode)
-    return _report(plan, folder, rows, metric, time.monotonic() - began, console)
+    summary = _report(plan, folder, rows, metric, time.monotonic() - began, console)
+    if tracking is not None:
+        published = [*summary.files, *([summary.best_experiment] if summary.best_experiment else [])]
+        for line in tracking.finish(summary.status, [*published, folder.local / "summary.json"]):
+            warner(console)(line)
+        if tracking.run_id is not None:
+            console.print(
+                f"MLflow run {tracking.run_id} (a child run per trial) in {tracking.target.describe()}"
+            )
+        folder.push(SWEEP_FILE)  # now with the MLflow run id
+    return summary
 
 
 def _report(

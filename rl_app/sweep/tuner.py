@@ -109,9 +109,15 @@ def _checkpoint_config(experiment: ExperimentConfig, metric_key: str) -> Any:
 
 
 def new_tuner(
-    experiment: ExperimentConfig, name: str, source: str, folder: StorageFolder, resources: TrialResources
+    experiment: ExperimentConfig,
+    name: str,
+    source: str,
+    folder: StorageFolder,
+    resources: TrialResources,
+    callbacks: list[Any] | None = None,
 ) -> Any:
-    """A Tuner for the sweep of ``experiment``, writing trials into ``folder``."""
+    """A Tuner for the sweep of ``experiment``, writing trials into ``folder``; ``callbacks`` besides
+    the progress table (they are kept in the sweep state for a resume)."""
     sweep = experiment.sweep
     assert sweep is not None
     metric_key = METRIC_COLUMNS[metric_name(experiment)]
@@ -134,7 +140,7 @@ def new_tuner(
             name=folder.local.name,
             storage_path=folder.path.rsplit("/", 1)[0],
             storage_filesystem=tune_filesystem(folder),
-            callbacks=[SweepProgress(list(sweep.space))],
+            callbacks=[SweepProgress(list(sweep.space)), *(callbacks or [])],
             failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
             checkpoint_config=_checkpoint_config(experiment, metric_key),
             verbose=0,

@@ -22,7 +22,7 @@ from rl_app.runs.layout import EXPERIMENT_FILE, as_trained, check_runs_root, exp
 from rl_app.runs.remote import StorageFolder, open_checkpoint, open_run
 
 # Changing these when resuming is expected (train longer, keep more checkpoints).
-RESUMABLE_CHANGES = ("stop", "checkpoint", "description", "storage", "tuning_seeds")
+RESUMABLE_CHANGES = ("stop", "checkpoint", "description", "storage", "tuning_seeds", "tracking")
 
 
 def config_differences(saved: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

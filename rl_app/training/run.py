@@ -28,7 +28,7 @@ from rl_app.runs.checkpoints import (
     save_checkpoint,
     set_aside,
 )
-from rl_app.runs.files import write_json
+from rl_app.runs.files import read_json, write_json
 from rl_app.runs.layout import new_run_dir, write_experiment, write_run_metadata, write_status
 from rl_app.runs.progress import (
     IterationMetrics,
@@ -38,10 +38,12 @@ from rl_app.runs.progress import (
     start_point_from_progress,
 )
 from rl_app.runs.remote import RunMirror, StorageFolder
+from rl_app.tracking.target import tracking_target
 from rl_app.training.plan import Plan, plan_new_run, plan_resume
 
 if TYPE_CHECKING:
     from rl_app.console.progress import ProgressPrinter
+    from rl_app.tracking.run import RunTracking
     from rl_app.training.loop import TrainingLoop
 
 
@@ -97,11 +99,14 @@ class TrainingRun:
         printer: ProgressPrinter,
         mirror: RunMirror | None = None,
         start: StartPoint | None = None,
+        tracking: RunTracking | None = None,
     ) -> None:
         from rl_app.console.plots import RewardCurveProcess
 
         self.loop, self.run_dir, self.printer, self.mirror = loop, run_dir, printer, mirror
         self.start = start or StartPoint()
+        self.tracking = tracking
+        self.status = "failed"
         self.reward_curve = RewardCurveProcess()
 
     @property
@@ -149,7 +154,10 @@ class TrainingRun:
                     for key, value in monitor.sample().items():
                         setattr(metrics, key, value)
                     progress.write(metrics)
-                    tensorboard.log(metrics.timesteps, asdict(metrics), step.result)
+                    values = asdict(metrics)
+                    tensorboard.log(metrics.timesteps, values, step.result)
+                    if self.tracking is not None:
+                        self.tracking.iteration(metrics.timesteps, values, step.result)
                     self.printer.iteration(metrics)
                     for notice in step.notices:
                         self.printer.console.print(
@@ -215,6 +223,7 @@ class TrainingRun:
 
     def _finish(self, summary: RunSummary) -> None:
         """The summary and status written, the reward curve asked for (:meth:`complete` waits)."""
+        self.status = summary.status
         try:
             write_json(self.run_dir / "summary.json", {**asdict(summary), "experiment": self.loop.name})
             write_status(self.run_dir, summary.status, stop_reason=summary.stop_reason)
@@ -234,9 +243,21 @@ class TrainingRun:
             drawn = self.reward_curve.wait()
         except OSError as exc:
             self._cannot_write_summary(exc)
-            return
-        if drawn is not None and self.mirror is not None:
-            self.mirror.sync("progress.csv", "summary.json", "status.json", "reward_curve.png", "tensorboard")
+            drawn = None
+        else:
+            if drawn is not None and self.mirror is not None:
+                self.mirror.sync(
+                    "progress.csv", "summary.json", "status.json", "reward_curve.png", "tensorboard"
+                )
+        if self.tracking is not None:
+            for line in self.tracking.finish(self.status):
+                warner(self.printer.console)(f"{line}; rl_app track {self.run_dir} sends it later")
+            if self.tracking.run_id is not None:
+                self.printer.console.print(
+                    f"MLflow run {self.tracking.run_id} in {self.tracking.target.describe()}"
+                )
+            if self.mirror is not None:  # metadata.json now holds the MLflow run id
+                self.mirror.sync("metadata.json")
 
     def _cannot_write_summary(self, exc: OSError) -> None:
         self.reward_curve.close()
@@ -255,6 +276,8 @@ def train(
     address: str | None = None,
     token_file: str | None = None,
     runs_root: Path = Path("runs"),
+    track: bool = False,
+    tracking_uri: str | None = None,
     verbose: bool = False,
     console: Console | None = None,
 ) -> RunSummary:
@@ -278,6 +301,10 @@ def train(
     else:
         plan = plan_new_run(name, overrides, init_from, runs_root, allow_version_mismatch)
     experiment = plan.experiment
+    recorded = read_json(plan.run_dir / "metadata.json").get("mlflow") if plan.run_dir else None
+    tracking_to = tracking_target(
+        experiment, plan.name, track=track, uri=tracking_uri, runs_root=runs_root, recorded=recorded
+    )
     storage_handle = open_storage(experiment.storage) if experiment.storage and plan.mirror is None else None
 
     session = (
@@ -329,6 +356,8 @@ def train(
 
             resources += f"; {describe_rllib_setup(experiment, resource_plan)}"
         _print_start(console, plan, resources, run_dir, mirror)
+        if tracking_to is not None:
+            console.print(f"Tracking: {tracking_to.describe()}")
         loop = TrainingLoop(build_backend(), experiment, plan.name)
         try:
             if plan.resume_checkpoint is not None:
@@ -347,7 +376,12 @@ def train(
                 console.print(f"Weights initialised from {plan.init_checkpoint}")
             printer = ProgressPrinter(console, experiment.stop.timesteps, experiment.stop.time_s)
             syncing = RunMirror(mirror, warner(console)) if mirror else None
-            training_run = TrainingRun(loop, run_dir, printer, syncing, start)
+            tracking = None
+            if tracking_to is not None:
+                from rl_app.tracking.run import RunTracking
+
+                tracking = RunTracking(tracking_to, run_dir, warner(console), start.rows)
+            training_run = TrainingRun(loop, run_dir, printer, syncing, start, tracking)
             after_ray.callback(training_run.complete)
             summary = training_run.run()
         finally:
