@@ -124,6 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--json", action="store_true", help="list: print the jobs as JSON (for scripts)")
     _add_job_target(jobs)
 
+    record = commands.add_parser(
+        "record", help="play a trained (or random) policy and write its episodes for offline learning"
+    )
+    record.add_argument("run", metavar="RUN", help="run folder, checkpoint or storage URI of a run")
+    record.add_argument("--out", type=Path, required=True, help="new folder for the Parquet rows")
+    record.add_argument("--episodes", type=_positive_int, default=100)
+    record.add_argument(
+        "--epsilon", type=_fraction, default=0.0, help="probability of a random action instead (default 0)"
+    )
+    record.add_argument("--random", action="store_true", help="random actions only (RUN names the env)")
+    record.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+    _add_runs_dir(record)
+
     track = commands.add_parser("track", help="log a run folder to MLflow (what the server lacks)")
     track.add_argument("run", metavar="RUN", help="run folder")
     track.add_argument(
@@ -256,6 +269,16 @@ def _resources(text: str) -> dict[str, float]:
     ):
         raise argparse.ArgumentTypeError(f"expected a JSON object of names to amounts >= 0, got {text!r}")
     return {k: float(v) for k, v in value.items()}
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1 (got {text!r})")
+    return value
 
 
 def _port(text: str, lowest: int = 1) -> int:
@@ -461,6 +484,21 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_record(args: argparse.Namespace) -> int:
+    from rl_app.policy.record import record
+
+    record(
+        args.run,
+        args.out,
+        episodes=args.episodes,
+        epsilon=args.epsilon,
+        random_policy=args.random,
+        seed=args.seed,
+        runs_root=args.runs_dir,
+    )
+    return 0
+
+
 def _cmd_track(args: argparse.Namespace) -> int:
     from rl_app.tracking.run import track_run
 
@@ -568,6 +606,7 @@ COMMANDS = {
     "jobs": _cmd_jobs,
     "runs": _cmd_runs,
     "track": _cmd_track,
+    "record": _cmd_record,
     "report": _cmd_report,
     "evaluate": _cmd_evaluate,
     "export": _cmd_export,

@@ -15,8 +15,12 @@ from typing import Literal
 
 from rl_app.config.schema import (
     APPOTraining,
+    BCTraining,
+    CQLTraining,
     DQNTraining,
     IMPALATraining,
+    IQLTraining,
+    MARWILTraining,
     PPOTraining,
     QLearningTraining,
     SACTraining,
@@ -37,6 +41,7 @@ class AlgorithmSpec:
     accelerated: frozenset[str] = frozenset()
     ortho_init: bool = False  # its model is PPO's catalog's: model.ortho_init applies
     image_inputs: bool = False  # rl_app has a module taking its image observations as they come
+    offline: bool = False  # learns from recorded episodes (offline.input) through Ray Data, samples nothing
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
@@ -62,6 +67,10 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             "SAC", "sac:SACConfig", SACTraining,
             accelerated=frozenset({"runner", "learner", "training_step", "replay_buffer", "module"}),
         ),
+        AlgorithmSpec("BC", "bc:BCConfig", BCTraining, offline=True),
+        AlgorithmSpec("MARWIL", "marwil:MARWILConfig", MARWILTraining, offline=True),
+        AlgorithmSpec("CQL", "cql:CQLConfig", CQLTraining, offline=True),
+        AlgorithmSpec("IQL", "iql:IQLConfig", IQLTraining, offline=True),
         AlgorithmSpec("QLearning", "", QLearningTraining, backend="tabular"),
     )
 }  # fmt: skip

@@ -73,7 +73,10 @@ def plan_resources(experiment: ExperimentConfig, num_cpus: int, num_gpus: float)
     """
     runners = experiment.env_runners
     eval_runners = evaluation_runners(experiment)
-    if runners.num_env_runners == "auto":
+    if algorithm_spec(experiment.algorithm).offline:
+        # It samples nothing: the cores go to Ray Data reading and batching the recorded data.
+        num_env_runners = 0
+    elif runners.num_env_runners == "auto":
         num_env_runners = max(0, num_cpus - runners.reserved_cpus - eval_runners)
         if num_env_runners == 1 and not algorithm_spec(experiment.algorithm).asynchronous_sampling:
             # A synchronous algorithm waits for its one runner, then the runner waits for

@@ -291,6 +291,52 @@ class SACTraining(OffPolicyTraining):
     twin_q: bool | None = None
 
 
+class MARWILTraining(TrainingSection):
+    """MARWIL (BC is MARWIL with beta 0): advantage-weighted imitation of recorded actions."""
+
+    beta: Annotated[float, Field(ge=0)] | None = Field(None, description="0: plain behaviour cloning.")
+    vf_coeff: Annotated[float, Field(ge=0)] | None = None
+    bc_logstd_coeff: Annotated[float, Field(ge=0)] | None = None
+
+
+class BCTraining(TrainingSection):
+    """Behaviour cloning: the recorded actions' log-likelihood, maximised."""
+
+
+class CQLTraining(SACTraining):
+    """Conservative Q-learning: SAC whose Q-values are pushed down away from the recorded actions."""
+
+    bc_iters: NonNegativeInt | None = Field(None, description="Iterations of behaviour cloning first.")
+    temperature: PositiveFloat | None = None
+    num_actions: PositiveInt | None = Field(None, description="Actions sampled for the CQL loss.")
+    min_q_weight: Annotated[float, Field(ge=0)] | None = None
+    lagrangian: bool | None = None
+    lagrangian_thresh: float | None = None
+    deterministic_backup: bool | None = None
+
+
+class IQLTraining(TrainingSection):
+    """Implicit Q-learning: expectile value regression, advantage-weighted actor."""
+
+    beta: PositiveFloat | None = Field(None, description="Inverse temperature of the actor's weights.")
+    expectile: Annotated[float, Field(gt=0, lt=1)] | None = None
+    actor_lr: PositiveFloat | None = None
+    critic_lr: PositiveFloat | None = None
+    value_lr: PositiveFloat | None = None
+    twin_q: bool | None = None
+    target_network_update_freq: NonNegativeInt | None = None
+    tau: Fraction | None = None
+
+
+class OfflineSection(Section):
+    """Recorded episodes to learn from (BC, MARWIL, CQL, IQL): ``rl_app record`` writes them."""
+
+    input: str = Field(
+        min_length=1,
+        description="Folder (or s3://, gs:// URI) of Parquet rows in RLlib's columns (rl_app record).",
+    )
+
+
 class StopSection(Section):
     """Training stops at the first criterion met."""
 
@@ -463,6 +509,7 @@ class Experiment(Section, Generic[T]):
         description="Seeds its settings were chosen on; benches report figures on other seeds.",
     )
     tracking: TrackingSection = Field(default_factory=TrackingSection)  # type: ignore[arg-type]
+    offline: OfflineSection | None = Field(None, description="Learn from recorded data (offline algorithms).")
     storage: str | None = Field(
         None, description="Mirror run folders to this local path or URI (s3://, gs://, ...)."
     )

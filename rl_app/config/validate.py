@@ -33,6 +33,19 @@ def validate_schema(data: dict[str, Any], source: str, overrides: tuple[str, ...
     except ValidationError as exc:
         key, message = describe_validation_error(exc, model)
         raise ConfigError(source_of(key, source, overrides), message, key=key) from None
+    offline = ALGORITHMS[algorithm].offline
+    if offline and experiment.offline is None:
+        raise ConfigError(
+            source,
+            f"{algorithm} learns from recorded data: set offline.input to a folder that "
+            "'rl_app record RUN --out DIR' wrote (or its storage URI)",
+            key="offline.input",
+        )
+    if not offline and experiment.offline is not None:
+        offline_ones = ", ".join(name for name, spec in ALGORITHMS.items() if spec.offline)
+        raise ConfigError(
+            source, f"applies only to the offline algorithms ({offline_ones}), not {algorithm}", key="offline"
+        )
     return experiment
 
 

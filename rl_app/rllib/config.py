@@ -178,6 +178,14 @@ def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
     return kwargs
 
 
+def dataset_location(location: str) -> str:
+    """A recording's folder as Ray Data's readers take it: a URI as given, a path made absolute (its
+    reading actors run in other processes)."""
+    from pathlib import Path
+
+    return location if "://" in location else str(Path(location).expanduser().resolve())
+
+
 def evaluation_envs(episodes: int, num_runners: int, most: int = 64) -> int:
     """Vector-env width for evaluation: one episode per env where possible.
 
@@ -242,6 +250,17 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         # boundaries (and so evaluation points and stop checks) at the mercy of wall time;
         # without it an iteration is a step count and a seeded run repeats itself.
         config.reporting(min_time_s_per_iteration=None)
+    if spec.offline:
+        assert experiment.offline is not None  # the schema requires it of an offline algorithm
+        config.offline_data(
+            input_=dataset_location(experiment.offline.input),
+            input_read_method="read_parquet",
+            # One batch per learner per iteration, read by one Ray Data actor: the machine's other
+            # core, as the learner runs on the driver.
+            dataset_num_iters_per_learner=1,
+            map_batches_kwargs={"concurrency": 1, "num_cpus": 1},
+            iter_batches_kwargs={"prefetch_batches": 1},
+        )
     apply_plan(acceleration, experiment.algorithm, config)
     module_spec = _module_spec(experiment, config, source, acceleration)
     if module_spec is not None:
@@ -277,6 +296,8 @@ def describe_rllib_setup(experiment: ExperimentConfig, plan: ResourcePlan) -> st
     from rl_app.rllib.accel import plan_acceleration
 
     text = plan_acceleration(experiment, plan).describe()
+    if experiment.offline is not None:
+        text += f"; learns from {experiment.offline.input} through Ray Data, the env only evaluates"
     return f"{text}; {experiment.env.id}'s own vector env" if vectorizes_natively(experiment) else text
 
 

@@ -109,6 +109,11 @@ def plan_sweep(
             "'training.lr: {loguniform: [1.0e-4, 1.0e-3]}')"
         )
     require_rllib(loaded.config, "a sweep")
+    if loaded.config.offline is not None:
+        raise UserError(
+            f"{loaded.source}: sweeps of offline algorithms are not supported yet (Ray Data's readers "
+            "would compete with the trials for CPUs); train each setting with rl_app train"
+        )
     check_experiment_env(loaded.config, loaded.source)
     if loaded.config.storage is None:
         check_runs_root(runs_root)

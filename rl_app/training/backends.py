@@ -58,7 +58,8 @@ class AlgorithmBackend:
         self.runners.wait_for_one()
         result = self.algo.train()
         metrics = metrics_from_result(result, previous_timesteps, elapsed_s, self.evaluation_interval)
-        metrics.runner_restarts = float(self.algo.env_runner_group.num_remote_worker_restarts())
+        group = self.algo.env_runner_group  # None for the offline algorithms: they sample nothing
+        metrics.runner_restarts = float(group.num_remote_worker_restarts()) if group is not None else 0.0
         changes = [watch.look() for watch in (self.runners, self.evaluation_runners)]
         self._notices = [line for change in changes if change for line in change.describe()]
         if self.runners.total:
@@ -76,6 +77,8 @@ class AlgorithmBackend:
         is for the run, and without this check RLlib would go on sampling from what is left.
         """
         group = self.algo.env_runner_group
+        if group is None:
+            return
         down = group.num_remote_workers() - group.num_healthy_remote_workers()
         crashes = group.num_remote_worker_restarts() + down
         if down and crashes > self.max_runner_restarts:

@@ -66,6 +66,10 @@ def check_experiment_env(experiment: ExperimentConfig, source: str) -> None:
         check_env(experiment.env)
     except ValueError as exc:
         raise ConfigError(source, f"'{experiment.env.id}' {exc}", key="env") from None
+    if experiment.offline is not None:
+        from rl_app.policy.record import check_recording
+
+        check_recording(experiment.offline.input, experiment.env, source)
 
 
 def plan_resume(

@@ -414,9 +414,10 @@ def _print_summary(console: Console, summary: RunSummary) -> None:
         if math.isfinite(summary.best_eval_return)
         else ""
     )
+    trained = f"best mean return {summary.best_return:.1f}" if math.isfinite(summary.best_return) else ""
+    best = f"{trained}{evaluated}".removeprefix(", ") or "no returns yet"
     console.print(
-        f"[bold]{summary.status}[/bold]: {summary.stop_reason}; best mean return "
-        f"{summary.best_return:.1f}{evaluated} after {summary.iterations} iterations, "
+        f"[bold]{summary.status}[/bold]: {summary.stop_reason}; {best} after {summary.iterations} iterations, "
         f"{summary.timesteps:,} timesteps, {summary.elapsed_s:.0f}s"
     )
     console.print(f"Checkpoint: {summary.last_checkpoint}")
