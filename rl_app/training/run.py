@@ -417,7 +417,7 @@ def _print_summary(console: Console, summary: RunSummary) -> None:
     trained = f"best mean return {summary.best_return:.1f}" if math.isfinite(summary.best_return) else ""
     best = f"{trained}{evaluated}".removeprefix(", ") or "no returns yet"
     console.print(
-        f"[bold]{summary.status}[/bold]: {summary.stop_reason}; {best} after {summary.iterations} iterations, "
-        f"{summary.timesteps:,} timesteps, {summary.elapsed_s:.0f}s"
+        f"[bold]{summary.status}[/bold]: {summary.stop_reason}; {best} after "
+        f"{summary.iterations} iterations, {summary.timesteps:,} timesteps, {summary.elapsed_s:.0f}s"
     )
     console.print(f"Checkpoint: {summary.last_checkpoint}")
