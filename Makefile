@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: mlflow-ui test-cluster bench-solve bench-before-after bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
+.PHONY: bench-offline offline-data record mlflow-ui test-cluster bench-solve bench-before-after bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -85,6 +85,16 @@ runs: setup ## list runs with status, best return and last checkpoint
 
 report: setup ## reward curves of RUN (several: RUN="a b" adds runs/reports/<stamp>/comparison.png, or OUT=file.png)
 	$(BIN)/rl_app report $(RUN) $(if $(OUT),--out $(OUT)) $(ARGS)
+
+offline-data: setup ## record the episodes bc_cartpole and iql_pendulum learn from into data/ (trains their behaviour policies; ~2 min)
+	$(BIN)/python bench/offline_data.py
+
+bench-offline: offline-data ## offline experiments on held-out seeds vs their targets (bc_cartpole 10 seeds, iql_pendulum 3; ~25 min)
+	$(BIN)/python bench/offline.py $(ARGS)
+
+record: setup ## write RUN's episodes for offline learning (OUT=data/<name>, EPISODES=100, EPSILON=0)
+	@[ -n "$(RUN)" ] && [ -n "$(OUT)" ] || { echo "make record: set RUN=runs/<experiment>/<timestamp> and OUT=data/<name>"; exit 2; }
+	$(BIN)/rl_app record $(RUN) --out $(OUT) --episodes $(or $(EPISODES),100) --epsilon $(or $(EPSILON),0) $(ARGS)
 
 MLFLOW_UI_ENV := .venv-mlflow-ui
 $(MLFLOW_UI_ENV)/.installed: requirements-mlflow-ui.txt

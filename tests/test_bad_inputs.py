@@ -374,6 +374,37 @@ CASES = {
         ["tracking.mlfow", "did you mean 'mlflow'?"],
     ),
     "track of what is not a run": (None, ["track", "experiments"], ["'experiments' is not a run folder"]),
+    "offline algorithm without data": (
+        "algorithm: BC\nenv: CartPole-v1\nstop: {iterations: 1}\n",
+        ["show", "bad"],
+        ["bad.yaml: offline.input: BC learns from recorded data", "rl_app record RUN --out DIR"],
+    ),
+    "offline data for an online algorithm": (
+        GOOD + "offline: {input: data}\n",
+        ["show", "bad"],
+        ["bad.yaml: offline: applies only to the offline algorithms (BC, MARWIL, CQL, IQL), not PPO"],
+    ),
+    "offline data missing": (
+        "algorithm: CQL\nenv: Pendulum-v1\noffline: {input: no-such-recording}\nstop: {iterations: 1}\n",
+        ["train", "bad"],
+        ["offline.input: 'no-such-recording' does not exist", "rl_app record RUN --out DIR"],
+    ),
+    "offline data without parquet": (
+        "algorithm: BC\nenv: CartPole-v1\noffline: {input: runs}\nstop: {iterations: 1}\n",
+        ["train", "bad"],
+        ["offline.input: 'runs' holds no .parquet files"],
+    ),
+    "sweep of an offline algorithm": (
+        "algorithm: BC\nenv: CartPole-v1\noffline: {input: runs}\nstop: {iterations: 1}\n"
+        "sweep:\n  space:\n    training.lr: {choice: [0.001]}\n",
+        ["sweep", "bad"],
+        ["sweeps of offline algorithms are not supported yet"],
+    ),
+    "record into a folder with files": (
+        None,
+        ["record", "runs/good/20260101-000000", "--out", "runs"],
+        ["--out 'runs' is not empty: recordings are never written over"],
+    ),
 }
 
 # Option values argparse refuses: (command line, expected fragments); exit 2 through SystemExit.
@@ -405,6 +436,11 @@ OPTION_CASES = {
     "serve port out of range": (["serve", "RUN", "--port", "65536"], ["--port", "0 to 65535"]),
     "serve zero replicas": (["serve", "RUN", "--replicas", "0"], ["--replicas", "got '0'"]),
     "serve zero body bytes": (["serve", "RUN", "--max-body-bytes", "0"], ["--max-body-bytes", "got '0'"]),
+    "record epsilon above 1": (
+        ["record", "RUN", "--out", "x", "--epsilon", "2"],
+        ["--epsilon", "must be a number from 0 to 1 (got '2')"],
+    ),
+    "record zero episodes": (["record", "RUN", "--out", "x", "--episodes", "0"], ["--episodes", "got '0'"]),
     "serve zero ongoing requests": (
         ["serve", "RUN", "--max-ongoing-requests", "0"],
         ["--max-ongoing-requests", "got '0'"],

@@ -335,6 +335,9 @@ class OfflineSection(Section):
         min_length=1,
         description="Folder (or s3://, gs:// URI) of Parquet rows in RLlib's columns (rl_app record).",
     )
+    updates_per_iteration: PositiveInt | None = Field(
+        None, description="Batches the learner trains on per iteration (default: 1; CQL: 5)."
+    )
 
 
 class StopSection(Section):

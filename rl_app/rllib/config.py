@@ -170,6 +170,10 @@ def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
     if "replay_buffer" in kwargs:
         kwargs["replay_buffer_config"] = kwargs.pop("replay_buffer")
         kwargs["replay_buffer_config"].pop("implementation", None)
+    if "actor_lr" in type(experiment.training).model_fields and "lr" not in kwargs:
+        # Separate actor and critic rates (CQL, IQL): RLlib refuses a set `lr` beside them, and
+        # CQL's config has one by default.
+        kwargs["lr"] = None
     for key in ("lr", "epsilon"):
         if isinstance(kwargs.get(key), list):
             kwargs[key] = [list(point) for point in kwargs[key]]
@@ -251,13 +255,21 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         # without it an iteration is a step count and a seeded run repeats itself.
         config.reporting(min_time_s_per_iteration=None)
     if spec.offline:
-        assert experiment.offline is not None  # the schema requires it of an offline algorithm
+        offline = experiment.offline
+        assert offline is not None  # the schema requires it of an offline algorithm
+        updates = offline.updates_per_iteration or (5 if experiment.algorithm == "CQL" else 1)
+        if experiment.algorithm == "CQL" and updates == 1:
+            # CQL's training_step hands a single batch to the learner as if it were an iterator.
+            raise ConfigError(
+                source,
+                "CQL (RLlib 2.60) trains only with more than 1 (default 5)",
+                key="offline.updates_per_iteration",
+            )
         config.offline_data(
-            input_=dataset_location(experiment.offline.input),
+            input_=dataset_location(offline.input),
             input_read_method="read_parquet",
-            # One batch per learner per iteration, read by one Ray Data actor: the machine's other
-            # core, as the learner runs on the driver.
-            dataset_num_iters_per_learner=1,
+            # Read by one Ray Data actor: the machine's other core, as the learner runs on the driver.
+            dataset_num_iters_per_learner=updates,
             map_batches_kwargs={"concurrency": 1, "num_cpus": 1},
             iter_batches_kwargs={"prefetch_batches": 1},
         )
