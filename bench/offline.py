@@ -19,9 +19,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_results  # noqa: E402
-from offline_data import make  # noqa: E402
-from stats import interval_text, median_interval  # noqa: E402
+from common import write_results
+from offline_data import make
+from stats import interval_text, median_interval
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL_EPISODES, EVAL_SEED = 20, 50_000  # evaluation episodes of each final policy, seeds no run used
@@ -73,8 +73,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"# Offline RL, {results['date']}",
         "",
-        f"Each run trained as shipped on its seed, its final policy evaluated on {EVAL_EPISODES} deterministic "
-        f"episodes (seeds {EVAL_SEED}+); medians over seeds with bootstrap 95 % intervals.",
+        f"Each run trained as shipped on its seed, its final policy evaluated on {EVAL_EPISODES} "
+        f"deterministic episodes (seeds {EVAL_SEED}+); medians over seeds, bootstrap 95 % intervals.",
         "",
         "| experiment | seeds | data's mean return | return of the learned policy | target | met |",
         "|---|---|---|---|---|---|",

@@ -4,6 +4,7 @@ it evaluated in the real env, and recordings refused when they do not fit the en
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def test_record_writes_rllibs_columns_episode_by_episode(solved_cartpole: Path, 
     for rows, expected in zip(episodes.values(), recording.returns, strict=True):
         assert [row["t"] for row in rows] == list(range(len(rows)))
         assert sum(row["rewards"] for row in rows) == pytest.approx(expected)
-        for before, after in zip(rows, rows[1:], strict=False):  # one transition's next is the next's obs
+        for before, after in itertools.pairwise(rows):  # one transition's next is the next's obs
             assert after["obs"] == pytest.approx(before["new_obs"])
         assert rows[-1]["terminateds"] or rows[-1]["truncateds"]
         assert not any(row["terminateds"] or row["truncateds"] for row in rows[:-1])
