@@ -98,10 +98,10 @@ def main() -> None:
 
     stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M")
     results: dict[str, Any] = {"date": stamp, "eval_episodes": EVAL_EPISODES, "cases": {}}
-    with tempfile.TemporaryDirectory() as runs:
-        for name in args.cases or CASES:
-            seeds = CASES[name]["seeds"][: args.seeds] if args.seeds else CASES[name]["seeds"]
-            results["cases"][name] = run_case(name, seeds, args.data_dir, Path(runs))  # type: ignore[arg-type]
+    runs = Path(tempfile.mkdtemp(prefix="rl_app-offline-"))  # kept: Ray logs into the runs until exit
+    for name in args.cases or CASES:
+        seeds = CASES[name]["seeds"][: args.seeds] if args.seeds else CASES[name]["seeds"]
+        results["cases"][name] = run_case(name, seeds, args.data_dir, runs)  # type: ignore[arg-type]
     write_results(f"offline-{stamp}", results, markdown(results))
 
 

@@ -99,3 +99,86 @@ def test_a_recording_of_another_envs_spaces_is_refused_in_one_line(
     )
     assert main(["train", "discrete", "--runs-dir", str(runs)]) == 2
     assert "has observations of 4 values; MountainCar-v0's have 2" in capsys.readouterr().err
+
+
+def random_recording(env_id: str, folder: Path, steps: int = 600) -> Path:
+    """Transitions of random actions in RLlib's columns, written directly (as any logger could)."""
+    import gymnasium as gym
+    import numpy as np
+    import pyarrow as pa
+
+    env = gym.make(env_id)
+    env.action_space.seed(0)
+    rows: dict[str, list] = {
+        k: [] for k in ("eps_id", "t", "obs", "actions", "rewards", "new_obs", "terminateds", "truncateds")
+    }
+    obs, _ = env.reset(seed=0)
+    episode, t = 0, 0
+    for _ in range(steps):
+        action = env.action_space.sample()
+        new_obs, reward, terminated, truncated, _ = env.step(action)
+        for key, value in zip(
+            rows,
+            (str(episode), t, np.asarray(obs).tolist(), np.asarray(action).tolist(), float(reward),
+             np.asarray(new_obs).tolist(), terminated, truncated),
+            strict=True,
+        ):  # fmt: skip
+            rows[key].append(value)
+        obs, t = new_obs, t + 1
+        if terminated or truncated:
+            obs, _ = env.reset()
+            episode, t = episode + 1, 0
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table(rows), folder / "part-0.parquet")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "env_id", "iterations"),
+    [
+        ("BC", "CartPole-v1", 2),
+        ("MARWIL", "CartPole-v1", 2),
+        ("IQL", "Pendulum-v1", 2),
+        ("CQL", "Pendulum-v1", 1),
+    ],
+)
+def test_each_offline_algorithm_trains_resumes_and_exports(
+    ray_session: None, experiments: Path, tmp_path: Path, algorithm: str, env_id: str, iterations: int
+) -> None:
+    import numpy as np
+    import onnxruntime
+
+    from rl_app.policy.export import export_policy
+
+    data = random_recording(env_id, tmp_path / "data")
+    updates = "\n  updates_per_iteration: 2" if algorithm == "CQL" else ""
+    (experiments / "offline.yaml").write_text(
+        f"algorithm: {algorithm}\nenv: {env_id}\noffline:\n  input: {data}{updates}\n"
+        "training: {train_batch_size_per_learner: 64}\nmodel: {fcnet_hiddens: [16]}\n"
+        f"stop: {{iterations: {iterations}}}\ncheckpoint: {{every: 1}}\n"
+    )
+    runs = tmp_path / "runs"
+    first = train("offline", runs_root=runs, console=quiet())
+    assert first.status == "finished" and first.iterations == iterations
+    assert first.timesteps > 0  # the transitions trained on
+    resumed = train(
+        None,
+        [f"stop.iterations={iterations + 1}"],
+        resume=str(first.run_dir),
+        runs_root=runs,
+        console=quiet(),
+    )
+    assert resumed.status == "finished" and resumed.iterations == iterations + 1
+    out = export_policy(str(first.run_dir), "onnx", console=quiet())
+    session = onnxruntime.InferenceSession(str(out))
+    obs = np.zeros((3, *gymnasium_shape(env_id)), dtype=np.float32)
+    (actions,) = session.run(None, {session.get_inputs()[0].name: obs})[:1]
+    assert len(actions) == 3
+
+
+def gymnasium_shape(env_id: str) -> tuple[int, ...]:
+    import gymnasium as gym
+
+    shape = gym.make(env_id).observation_space.shape
+    assert shape is not None
+    return tuple(shape)

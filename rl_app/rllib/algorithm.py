@@ -53,7 +53,19 @@ def save_algorithm(algo: Algorithm, folder: Path, replay_buffer: bool) -> None:
 def restore_algorithm(algo: Algorithm, checkpoint: Path) -> None:
     """Restore everything RLlib saved, and the replay buffer when there is one."""
     try:
-        algo.restore_from_path(str(checkpoint.resolve()))
+        if algo.env_runner_group is None:
+            # Offline algorithms have no training runners, to which RLlib 2.60's restore syncs the
+            # weights anyway (an AttributeError): its components restored as Checkpointable does,
+            # then the weights sent to the evaluation runners, the one place they are used.
+            from ray.rllib.utils.checkpoints import Checkpointable
+
+            Checkpointable.restore_from_path(algo, str(checkpoint.resolve()))
+            if algo.eval_env_runner_group is not None:
+                algo.eval_env_runner_group.sync_weights(
+                    from_worker_or_learner_group=algo.learner_group, inference_only=True
+                )
+        else:
+            algo.restore_from_path(str(checkpoint.resolve()))
     except Exception as exc:  # RLlib raises many kinds for damaged files
         raise CheckpointError(
             f"checkpoint '{checkpoint}' is corrupt or truncated: {type(exc).__name__}: {error_detail(exc)}"

@@ -265,6 +265,12 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
                 "CQL (RLlib 2.60) trains only with more than 1 (default 5)",
                 key="offline.updates_per_iteration",
             )
+        from rl_app.envs import action_space, observation_space
+
+        # Without evaluation RLlib makes no env to read the spaces from: they are given.
+        config.environment(
+            observation_space=observation_space(experiment.env), action_space=action_space(experiment.env)
+        )
         config.offline_data(
             input_=dataset_location(offline.input),
             input_read_method="read_parquet",

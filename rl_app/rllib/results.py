@@ -7,13 +7,16 @@ from typing import Any
 
 from ray.rllib.env.env_runner import NUM_ENV_STEP_FAILURES_LIFETIME
 from ray.rllib.utils.metrics import (
+    ALL_MODULES,
     ENV_RUNNER_RESULTS,
     EPISODE_LEN_MEAN,
     EPISODE_RETURN_MAX,
     EPISODE_RETURN_MEAN,
     EPISODE_RETURN_MIN,
     EVALUATION_RESULTS,
+    LEARNER_RESULTS,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_TRAINED_LIFETIME,
     NUM_EPISODES_LIFETIME,
 )
 from ray.tune.result import TIME_THIS_ITER_S, TRAINING_ITERATION
@@ -41,8 +44,13 @@ def metrics_from_result(
     return only on an iteration that evaluated (NaN on the others)."""
     runners = result.get(ENV_RUNNER_RESULTS, {})
     iteration = int(result[TRAINING_ITERATION])
+    # Offline algorithms sample nothing: their steps are the recorded ones trained on.
+    trained = result.get(LEARNER_RESULTS, {}).get(ALL_MODULES, {}).get(NUM_ENV_STEPS_TRAINED_LIFETIME)
     timesteps = int(
-        result.get(NUM_ENV_STEPS_SAMPLED_LIFETIME) or runners.get(NUM_ENV_STEPS_SAMPLED_LIFETIME) or 0
+        result.get(NUM_ENV_STEPS_SAMPLED_LIFETIME)
+        or runners.get(NUM_ENV_STEPS_SAMPLED_LIFETIME)
+        or trained
+        or 0
     )
     iteration_s = float(result.get(TIME_THIS_ITER_S) or 0.0)
     return IterationMetrics(
