@@ -80,7 +80,7 @@ CASES = {
     "unknown algorithm": (
         GOOD.replace("PPO", "PPX"),
         ["show", "bad"],
-        ["algorithm", "did you mean 'PPO'?", "PPO, APPO, IMPALA, DQN, SAC, QLearning"],
+        ["algorithm", "did you mean 'PPO'?", "PPO, APPO, IMPALA, DQN, SAC, BC, MARWIL, CQL, IQL, QLearning"],
     ),
     "missing algorithm": (
         "env: CartPole-v1\nstop: {timesteps: 10}\n",
@@ -294,7 +294,7 @@ CASES = {
     "image observations for an algorithm without an image model": (
         "algorithm: SAC\nenv: MinAtar/Breakout-v1\nstop: {timesteps: 1000}\n",
         ["train", "bad"],
-        ["algorithm: SAC has no image-input model", "PPO, APPO, IMPALA or DQN"],
+        ["algorithm: SAC has no image-input model", "PPO, APPO, IMPALA, DQN or MARWIL"],
     ),
     "evaluate a run without a complete checkpoint": (
         None,

@@ -68,7 +68,9 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             accelerated=frozenset({"runner", "learner", "training_step", "replay_buffer", "module"}),
         ),
         AlgorithmSpec("BC", "bc:BCConfig", BCTraining, offline=True),
-        AlgorithmSpec("MARWIL", "marwil:MARWILConfig", MARWILTraining, offline=True),
+        AlgorithmSpec(
+            "MARWIL", "marwil:MARWILConfig", MARWILTraining, offline=True, ortho_init=True, image_inputs=True,
+        ),
         AlgorithmSpec("CQL", "cql:CQLConfig", CQLTraining, offline=True),
         AlgorithmSpec("IQL", "iql:IQLConfig", IQLTraining, offline=True),
         AlgorithmSpec("QLearning", "", QLearningTraining, backend="tabular"),

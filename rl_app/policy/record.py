@@ -23,8 +23,6 @@ from rl_app.runs.files import write_json
 
 MANIFEST = "manifest.json"
 DATA_FILE = "episodes.parquet"
-# RLlib's column names (ray.rllib.core.columns.Columns), kept here so recording imports no Ray.
-COLUMNS = ("eps_id", "t", "obs", "actions", "rewards", "new_obs", "terminateds", "truncateds")
 
 
 @dataclass
@@ -64,6 +62,7 @@ def record(
     from rl_app.envs import make_env
     from rl_app.policy.evaluate import _env_of
     from rl_app.policy.module import load_policy
+    from rl_app.rllib.offline import transition_columns
     from rl_app.runs.remote import open_checkpoint
 
     if not 0.0 <= epsilon <= 1.0:
@@ -82,7 +81,8 @@ def record(
         )
     rng = np.random.default_rng(seed)
     env.action_space.seed(seed)
-    rows: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    columns = transition_columns()
+    rows: dict[str, list[Any]] = {name: [] for name in columns}
     returns: list[float] = []
     what = (
         "a random policy"
@@ -99,7 +99,7 @@ def record(
                 action = env.action_space.sample() if explore or policy is None else policy.act(obs)
                 next_obs, reward, terminated, truncated, _ = env.step(action)
                 for name, value in zip(
-                    COLUMNS,
+                    columns,
                     (
                         eps_id,
                         t,
@@ -128,7 +128,7 @@ def record(
             "policy": "random" if random_policy else str(checkpoint),
             "epsilon": 1.0 if random_policy else epsilon,
             "episodes": episodes,
-            "transitions": len(rows["t"]),
+            "transitions": len(rows[columns[1]]),
             "return_mean": statistics.fmean(returns),
             "return_std": statistics.pstdev(returns),
             "returns": returns,
@@ -136,11 +136,11 @@ def record(
             "recorded_at": datetime.now(UTC).isoformat(),
         },
     )
-    mean = statistics.fmean(returns) if returns else math.nan
+    mean, transitions = (statistics.fmean(returns) if returns else math.nan), len(rows[columns[1]])
     console.print(
-        f"Wrote {len(rows['t']):,} transitions of {episodes} episodes (mean return {mean:.1f}) to {out}"
+        f"Wrote {transitions:,} transitions of {episodes} episodes (mean return {mean:.1f}) to {out}"
     )
-    return Recording(out, episodes, len(rows["t"]), returns)
+    return Recording(out, episodes, transitions, returns)
 
 
 def check_recording(location: str, env_spec: Any, source: str) -> None:
