@@ -96,3 +96,35 @@ def replayed_returns(
 def unfused(learner_class: type) -> type:
     """Our ``learner_class`` with RLlib's plain Adam kept (the fused one can round differently)."""
     return type(f"Unfused{learner_class.__name__}", (learner_class,), {"fused_adam": False})
+
+
+def random_recording(env_id: str, folder: Path, steps: int = 600) -> Path:
+    """Transitions of random actions in RLlib's columns, written directly (as any logger could)."""
+    import gymnasium as gym
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    env = gym.make(env_id)
+    env.action_space.seed(0)
+    rows: dict[str, list] = {
+        k: [] for k in ("eps_id", "t", "obs", "actions", "rewards", "new_obs", "terminateds", "truncateds")
+    }
+    obs, _ = env.reset(seed=0)
+    episode, t = 0, 0
+    for _ in range(steps):
+        action = env.action_space.sample()
+        new_obs, reward, terminated, truncated, _ = env.step(action)
+        for key, value in zip(
+            rows,
+            (str(episode), t, np.asarray(obs).tolist(), np.asarray(action).tolist(), float(reward),
+             np.asarray(new_obs).tolist(), terminated, truncated),
+            strict=True,
+        ):  # fmt: skip
+            rows[key].append(value)
+        obs, t = new_obs, t + 1
+        if terminated or truncated:
+            obs, _ = env.reset()
+            episode, t = episode + 1, 0
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table(rows), folder / "part-0.parquet")
+    return folder

@@ -146,7 +146,7 @@ def test_ortho_init_starts_ppo_as_sb3_does(shipped: Path) -> None:
 
 
 def test_ortho_init_is_refused_where_ppo_catalog_does_not_build_the_model(shipped: Path) -> None:
-    with pytest.raises(ConfigError, match=r"model.ortho_init: applies to PPO, APPO, IMPALA, not DQN"):
+    with pytest.raises(ConfigError, match=r"model.ortho_init: applies to PPO, APPO, IMPALA, MARWIL, not DQN"):
         build("dqn_cartpole", "model.ortho_init=true")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from helpers import random_recording
 from rich.console import Console
 
 from rl_app.cli import main
@@ -99,38 +100,6 @@ def test_a_recording_of_another_envs_spaces_is_refused_in_one_line(
     )
     assert main(["train", "discrete", "--runs-dir", str(runs)]) == 2
     assert "has observations of 4 values; MountainCar-v0's have 2" in capsys.readouterr().err
-
-
-def random_recording(env_id: str, folder: Path, steps: int = 600) -> Path:
-    """Transitions of random actions in RLlib's columns, written directly (as any logger could)."""
-    import gymnasium as gym
-    import numpy as np
-    import pyarrow as pa
-
-    env = gym.make(env_id)
-    env.action_space.seed(0)
-    rows: dict[str, list] = {
-        k: [] for k in ("eps_id", "t", "obs", "actions", "rewards", "new_obs", "terminateds", "truncateds")
-    }
-    obs, _ = env.reset(seed=0)
-    episode, t = 0, 0
-    for _ in range(steps):
-        action = env.action_space.sample()
-        new_obs, reward, terminated, truncated, _ = env.step(action)
-        for key, value in zip(
-            rows,
-            (str(episode), t, np.asarray(obs).tolist(), np.asarray(action).tolist(), float(reward),
-             np.asarray(new_obs).tolist(), terminated, truncated),
-            strict=True,
-        ):  # fmt: skip
-            rows[key].append(value)
-        obs, t = new_obs, t + 1
-        if terminated or truncated:
-            obs, _ = env.reset()
-            episode, t = episode + 1, 0
-    folder.mkdir(parents=True)
-    pq.write_table(pa.table(rows), folder / "part-0.parquet")
-    return folder
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import random_recording
 
-from rl_app.config import available_experiments
+from rl_app.config import available_experiments, load_experiment
 from rl_app.runs.checkpoints import list_checkpoints
 from rl_app.training.run import train
 
@@ -42,7 +43,12 @@ SHIPPED = [
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_experiment_builds_and_trains(name: str, shipped: Path, tmp_path: Path) -> None:
     # (sweep=null: without evaluation a sweep ranked by eval_return is rightly refused)
-    summary = train(name, ["stop.iterations=1", "evaluation.interval=0", "sweep=null"], runs_root=tmp_path)
+    overrides = ["stop.iterations=1", "evaluation.interval=0", "sweep=null"]
+    experiment = load_experiment(name).config
+    if experiment.offline is not None:  # its recording is made by `make offline-data`: a stand-in here
+        data = random_recording(experiment.env.id, tmp_path / "data")
+        overrides.append(f"offline.input={data}")
+    summary = train(name, overrides, runs_root=tmp_path)
     assert summary.status == "finished" and summary.iterations == 1
     (row,) = rows(summary.run_dir)
     assert int(row["timesteps"]) == summary.timesteps > 0  # the summary and progress.csv agree
