@@ -90,7 +90,7 @@ def _stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def _env_of(checkpoint: Path, env_id: str) -> EnvSection:
+def checkpoint_env(checkpoint: Path, env_id: str) -> EnvSection:
     """The env the checkpoint was trained on: its experiment's (config and wrappers), else the bare id."""
     experiment = checkpoint_experiment(checkpoint)
     return experiment.env if experiment is not None else EnvSection.model_validate({"id": env_id})
@@ -118,7 +118,7 @@ def evaluate(
         capture_rllib_logs()
     console = console or output_console()
     checkpoint, info = open_checkpoint(location, runs_root, allow_version_mismatch, warn=warner(console))
-    env_spec = _env_of(checkpoint, info.env)
+    env_spec = checkpoint_env(checkpoint, info.env)
     run_dir = checkpoint.parent.parent
     out_dir = run_dir if is_run_dir(run_dir) else checkpoint
     if not verbose:

@@ -60,7 +60,7 @@ def record(
     import pyarrow.parquet as pq
 
     from rl_app.envs import make_env
-    from rl_app.policy.evaluate import _env_of
+    from rl_app.policy.evaluate import checkpoint_env
     from rl_app.policy.module import load_policy
     from rl_app.rllib.offline import transition_columns
     from rl_app.runs.remote import open_checkpoint
@@ -71,7 +71,7 @@ def record(
         raise UserError(f"--out '{out}' is not empty: recordings are never written over")
     console = console or output_console()
     checkpoint, info = open_checkpoint(location, runs_root, warn=warner(console))
-    env_spec = _env_of(checkpoint, info.env)
+    env_spec = checkpoint_env(checkpoint, info.env)
     policy: Any = None if random_policy else load_policy(checkpoint)
     env = make_env(env_spec, evaluation=True)
     if len(env.observation_space.shape or ()) > 1:
@@ -153,13 +153,14 @@ def check_recording(location: str, env_spec: Any, source: str) -> None:
 
     from rl_app.envs import action_space, observation_space
     from rl_app.errors import ConfigError, error_detail
+    from rl_app.runs.storage import is_uri
 
     def refuse(message: str) -> ConfigError:
         return ConfigError(source, f"'{location}' {message}", key="offline.input")
 
     try:
         fs, path = (
-            pafs.FileSystem.from_uri(location) if "://" in location else (pafs.LocalFileSystem(), location)
+            pafs.FileSystem.from_uri(location) if is_uri(location) else (pafs.LocalFileSystem(), location)
         )
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
             raise FileNotFoundError(path)

@@ -187,7 +187,9 @@ def dataset_location(location: str) -> str:
     reading actors run in other processes)."""
     from pathlib import Path
 
-    return location if "://" in location else str(Path(location).expanduser().resolve())
+    from rl_app.runs.storage import is_uri
+
+    return location if is_uri(location) else str(Path(location).expanduser().resolve())
 
 
 def evaluation_envs(episodes: int, num_runners: int, most: int = 64) -> int:

@@ -25,6 +25,19 @@ ARTIFACTS = ("experiment.yaml", "config.yaml", "summary.json", "progress.csv", "
 METADATA_KEY = "mlflow"
 
 
+def recorded_run_id(meta: Mapping[str, Any], target: TrackingTarget) -> str | None:
+    """The MLflow run a metadata file (metadata.json, sweep.json) names, when it is on ``target``."""
+    recorded = meta.get(METADATA_KEY) or {}
+    return recorded.get("run_id") if recorded.get("uri") == target.uri else None
+
+
+def record_run_id(meta_file: Path, target: TrackingTarget, run_id: str, experiment_id: str) -> None:
+    """Keep the MLflow run's place in ``meta_file``: a resume or ``rl_app track`` continues it."""
+    meta = read_json(meta_file)
+    meta[METADATA_KEY] = {**target.as_dict(), "experiment_id": experiment_id, "run_id": run_id}
+    write_json(meta_file, meta)
+
+
 def run_tags(meta: Mapping[str, Any], run_dir: Path) -> dict[str, str]:
     """What identifies a run in MLflow: experiment, folder, seed, host, git revision, versions."""
     tags = {
@@ -72,8 +85,6 @@ class RunTracking:
 
         self.target, self.run_dir = target, run_dir
         meta = read_json(run_dir / "metadata.json")
-        recorded = meta.get(METADATA_KEY) or {}
-        same_place = recorded.get("uri") == target.uri
         self.log = MlflowLog(target, warn, on_open=self._opened)
         self.log.open_run(
             RUN_KEY,
@@ -81,16 +92,13 @@ class RunTracking:
                 run_name=f"{meta.get('experiment', run_dir.parent.name)}/{run_dir.name}",
                 tags=run_tags(meta, run_dir),
                 params=flat_params(read_yaml(run_dir / "experiment.yaml")),
-                run_id=recorded.get("run_id") if same_place else None,
+                run_id=recorded_run_id(meta, target),
                 backfill=progress_rows(earlier_rows),
             ),
         )
 
     def _opened(self, key: str, run_id: str, experiment_id: str) -> None:
-        meta_file = self.run_dir / "metadata.json"
-        meta = read_json(meta_file)
-        meta[METADATA_KEY] = {**self.target.as_dict(), "experiment_id": experiment_id, "run_id": run_id}
-        write_json(meta_file, meta)
+        record_run_id(self.run_dir / "metadata.json", self.target, run_id, experiment_id)
 
     def iteration(self, step: int, metrics: Mapping[str, Any], result: Mapping[str, Any]) -> None:
         self.log.log_metrics(RUN_KEY, step, iteration_values(metrics, result))

@@ -12,10 +12,10 @@ from typing import Any
 
 from ray import tune
 
-from rl_app.runs.files import read_json, write_json
+from rl_app.runs.files import read_json
 from rl_app.runs.progress import CSV_FIELDS
 from rl_app.tracking.logger import MlflowLog, RunOpening, finite_numbers, flat_params
-from rl_app.tracking.run import METADATA_KEY
+from rl_app.tracking.run import record_run_id, recorded_run_id
 from rl_app.tracking.target import TrackingTarget
 
 SWEEP_KEY = "sweep"
@@ -36,7 +36,6 @@ class SweepTracking:
         self.target, self.sweep_file, self.experiment = target, sweep_file, experiment
         self.folder = str(sweep_file.parent.resolve())
         meta = read_json(sweep_file)
-        recorded = meta.get(METADATA_KEY) or {}
         self.log = MlflowLog(target, warn, on_open=self._opened)
         self.log.open_run(
             SWEEP_KEY,
@@ -49,7 +48,7 @@ class SweepTracking:
                     **{f"version.{k}": str(v) for k, v in (meta.get("versions") or {}).items()},
                 },
                 params=flat_params(experiment),
-                run_id=recorded.get("run_id") if recorded.get("uri") == target.uri else None,
+                run_id=recorded_run_id(meta, target),
             ),
         )
         _LIVE[self.folder] = self
@@ -59,9 +58,7 @@ class SweepTracking:
 
     def _opened(self, key: str, run_id: str, experiment_id: str) -> None:
         if key == SWEEP_KEY:
-            meta = read_json(self.sweep_file)
-            meta[METADATA_KEY] = {**self.target.as_dict(), "experiment_id": experiment_id, "run_id": run_id}
-            write_json(self.sweep_file, meta)
+            record_run_id(self.sweep_file, self.target, run_id, experiment_id)
 
     def trial_started(self, trial_id: str, sampled: Mapping[str, Any]) -> None:
         if trial_id in self.log.run_ids:  # PBT's restarts, a retried trial: the same run goes on
