@@ -226,7 +226,10 @@ CASES = {
     "env space RLlib cannot take": (
         GOOD.replace("env: CartPole-v1", "env: broken_envs:TextObservations"),
         ["train", "bad"],
-        ["'broken_envs:TextObservations' its observation space Text(", "allowed: Box, Discrete"],
+        [
+            "'broken_envs:TextObservations' its observation space Text(",
+            "allowed: Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple",
+        ],
     ),
     "env reset of the wrong shape": (
         GOOD.replace("env: CartPole-v1", "env: broken_envs:WrongShape"),

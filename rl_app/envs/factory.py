@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rl_app.config.schema import EnvSection
+from rl_app.envs.spaces import describe, unsupported_part
 from rl_app.envs.wrappers import TRAINING_ONLY, import_class, wrapper_class
 from rl_app.errors import error_detail
 
@@ -150,14 +151,14 @@ def has_training_only_wrappers(env: EnvSection) -> bool:
     )
 
 
-# The spaces RLlib's default models, our evaluation and our export all take.
-SUPPORTED_SPACES = ("Box", "Discrete")
+# The action spaces RLlib's default models, our evaluation and our export all take.
+SUPPORTED_ACTIONS = ("Box", "Discrete")
 
 
 def check_env(env: EnvSection) -> None:
     """Build the env once, reset it and take one step: ValueError naming the cause if any part
-    fails (the constructor raises, a space RLlib's default models cannot take, reset or step
-    returning what the spaces do not allow). Runs before Ray starts or anything is written."""
+    fails (the constructor raises, a space rl_app cannot train on, reset or step returning what
+    the spaces do not allow). Runs before Ray starts or anything is written."""
     import gymnasium
     import numpy as np
 
@@ -166,12 +167,14 @@ def check_env(env: EnvSection) -> None:
     except Exception as exc:
         raise ValueError(f"cannot be created: {type(exc).__name__}: {error_detail(exc)}") from None
     try:
-        for role, space in (("observation", instance.observation_space), ("action", instance.action_space)):
-            if not isinstance(space, (gymnasium.spaces.Box, gymnasium.spaces.Discrete)):
-                raise ValueError(
-                    f"its {role} space {space} is not one RLlib's default models take "
-                    f"(allowed: {', '.join(SUPPORTED_SPACES)})"
-                )
+        problem = unsupported_part(instance.observation_space)
+        if problem:
+            raise ValueError(f"its observation space {problem}")
+        if not isinstance(instance.action_space, (gymnasium.spaces.Box, gymnasium.spaces.Discrete)):
+            raise ValueError(
+                f"its action space {instance.action_space} is not one RLlib's default models take "
+                f"(allowed: {', '.join(SUPPORTED_ACTIONS)})"
+            )
         try:
             obs, _ = instance.reset(seed=0)
         except Exception as exc:
@@ -222,3 +225,12 @@ def observation_space(env: EnvSection) -> Any:
 def action_space(env: EnvSection) -> Any:
     """The action space of ``env`` (made once per process and section)."""
     return _spaces(env.model_dump_json())[1]
+
+
+def flattened_observation_space(env: EnvSection) -> dict[str, Any] | None:
+    """The description (rl_app.envs.spaces.describe) of ``env``'s observation space where RLlib
+    flattens it for the model; None for a Box, which the model takes as it is."""
+    import gymnasium
+
+    space = observation_space(env)
+    return None if isinstance(space, gymnasium.spaces.Box) else describe(space)

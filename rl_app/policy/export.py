@@ -20,12 +20,14 @@ from rl_app.runs.remote import open_checkpoint
 FILENAMES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 
 
-def _example_batch(space: Any, size: int = 8) -> Any:
+def _example_batch(policy: Any, size: int = 8) -> Any:
+    """A batch of ``policy``'s input: observations sampled from its space, as ``act`` prepares them."""
     import numpy as np
     import torch
 
+    space = policy.observation_space
     space.seed(0)
-    return torch.as_tensor(np.stack([space.sample() for _ in range(size)]).astype(np.float32))
+    return torch.as_tensor(np.stack([policy.prepare(space.sample()) for _ in range(size)]))
 
 
 def _earlier_exports(out_dir: Path) -> dict[str, Any]:
@@ -67,15 +69,16 @@ def export_policy(
 ) -> Path:
     """Write ``policy.pt`` or ``policy.onnx`` and ``policy.json`` (spaces, algorithm, source).
     ``warn`` (default: a warning line on ``console``) hears of a run's damaged checkpoints passed over."""
+    import gymnasium as gym
     import torch
 
+    from rl_app.envs.spaces import describe
     from rl_app.library_logs import capture_rllib_logs, library_log_note, write_library_logs
     from rl_app.policy.module import (
         Policy,
         PolicyWithDistInputs,
         load_policy,
         sampled_distribution,
-        space_description,
     )
 
     if fmt not in FILENAMES:
@@ -88,7 +91,7 @@ def export_policy(
     out_dir = out_dir or checkpoint.parent.parent / "export"
     target = out_dir / FILENAMES[fmt]
     policy = load_policy(checkpoint)
-    example = _example_batch(policy.observation_space)
+    example = _example_batch(policy)
     # ONNX exports also return the distribution inputs, so a server can sample actions too;
     # TorchScript keeps one output, the actions (what ``torch.jit.load(...)(obs)`` users expect).
     distribution = (
@@ -143,9 +146,15 @@ def export_policy(
             "iteration": info.iteration,
             "run": _run_name(checkpoint),
             "versions": _versions(),
-            "input": {"name": "obs", "batched": True, "dtype": "float32"},
-            "observation_space": space_description(policy.observation_space),
-            "action_space": space_description(policy.action_space),
+            # Dict and Tuple observations reach the file flattened (rl_app.envs.spaces.flatten).
+            "input": {
+                "name": "obs",
+                "batched": True,
+                "dtype": "float32",
+                "flattened": isinstance(policy.observation_space, gym.spaces.Dict | gym.spaces.Tuple),
+            },
+            "observation_space": describe(policy.observation_space),
+            "action_space": describe(policy.action_space),
             "deterministic": True,
         },
     )

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rl_app.envs.spaces import describe, flatten, space_from_description
 from rl_app.errors import UserError
 
 
@@ -45,8 +46,37 @@ def load_observation_filter(checkpoint: Path) -> ObservationFilter | None:
     return None if found is None else ObservationFilter(*found)
 
 
+class ObservationEncoder(torch.nn.Module):
+    """The env's observations (a batch) as the module takes them after RLlib's ``FlattenObservations``:
+    Discrete and MultiDiscrete values one-hot in the graph, so an exported policy takes the integer
+    observation; MultiBinary raveled. Dict and Tuple observations arrive flattened already
+    (:meth:`Policy.prepare`): a graph takes one array."""
+
+    columns: torch.Tensor
+
+    def __init__(self, space: gym.Space) -> None:
+        super().__init__()
+        self.kind = type(space).__name__
+        depths = np.ravel([space.n] if isinstance(space, gym.spaces.Discrete) else getattr(space, "nvec", []))
+        self.max_depth = int(depths.max()) if depths.size else 0
+        # Each entry is one-hot over the widest depth; these columns keep each entry's first n.
+        columns = [entry * self.max_depth + value for entry, n in enumerate(depths) for value in range(n)]
+        self.register_buffer("columns", torch.as_tensor(columns, dtype=torch.int64))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.kind == "MultiBinary":
+            return obs.reshape(obs.shape[0], -1).float()
+        if self.kind not in ("Discrete", "MultiDiscrete"):
+            return obs
+        values = obs.reshape(obs.shape[0], -1).to(torch.int64)
+        hot = (values.unsqueeze(-1) == torch.arange(self.max_depth)).float()
+        return hot.reshape(obs.shape[0], -1).index_select(1, self.columns)
+
+
 class Policy(torch.nn.Module):
-    """``forward(obs_batch) -> action_batch``; traceable for TorchScript and ONNX when not exploring."""
+    """``forward(obs_batch) -> action_batch``; traceable for TorchScript and ONNX when not exploring.
+
+    ``observation_space`` is the env's, where it is not the module's Box (RLlib flattened it)."""
 
     def __init__(
         self,
@@ -54,6 +84,7 @@ class Policy(torch.nn.Module):
         explore: bool = False,
         observation_filter: ObservationFilter | None = None,
         timestep: int = 0,
+        observation_space: gym.Space | None = None,
     ) -> None:
         super().__init__()
         self.module = module
@@ -62,7 +93,13 @@ class Policy(torch.nn.Module):
         # Exploration that follows a schedule (DQN's epsilon) is taken where training left it.
         self.timestep = timestep
         self.action_space = module.action_space
-        self.observation_space = module.observation_space
+        self.observation_space = observation_space or module.observation_space
+        self.observation_encoder = (
+            ObservationEncoder(self.observation_space)
+            if not isinstance(self.observation_space, gym.spaces.Box)
+            else None
+        )
+        self.observation_description = describe(self.observation_space) if self.observation_encoder else None
         self.dist_cls = (
             module.get_exploration_action_dist_cls() if explore else module.get_inference_action_dist_cls()
         )
@@ -76,8 +113,18 @@ class Policy(torch.nn.Module):
         for name, value in zip(("low", "high"), bounds, strict=True):
             self.register_buffer(name, None if value is None else torch.as_tensor(value, dtype=torch.float32))
 
+    def prepare(self, obs: Any) -> np.ndarray:
+        """One env observation as a row of the batch ``forward`` takes: Dict and Tuple observations
+        flattened as RLlib flattened them in training, anything else as float32."""
+        if isinstance(self.observation_space, gym.spaces.Dict | gym.spaces.Tuple):
+            assert self.observation_description is not None
+            return flatten(self.observation_description, obs)
+        return np.asarray(obs, dtype=np.float32)
+
     def module_inputs(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The batch RLlib's module takes: the observations, normalised if training normalised them."""
+        """The batch RLlib's module takes: the observations, encoded and normalised as in training."""
+        if self.observation_encoder is not None:
+            obs = self.observation_encoder(obs)
         return {"obs": obs if self.observation_filter is None else self.observation_filter(obs)}
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -105,7 +152,7 @@ class Policy(torch.nn.Module):
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> Any:
         """One env action for one observation."""
-        batch = torch.as_tensor(np.asarray(obs, dtype=np.float32)[None])
+        batch = torch.as_tensor(self.prepare(obs)[None])
         action = self(batch)[0].cpu().numpy()
         if isinstance(self.action_space, gym.spaces.Discrete):
             return int(action)
@@ -138,7 +185,7 @@ def sampled_distribution(policy: Policy, example: torch.Tensor) -> str | None:
     """The policy.json name of the distribution its actions are sampled from; None for policies
     whose exploration is not sampling from their outputs (DQN's epsilon-greedy) or unknown ones."""
     with torch.no_grad():
-        out = policy.module.forward_inference({"obs": example})
+        out = policy.module.forward_inference(policy.module_inputs(example))
     if "actions" in out or "action_dist_inputs" not in out:
         return None
     return SAMPLED_DISTRIBUTIONS.get(policy.module.get_exploration_action_dist_cls().__name__)
@@ -179,6 +226,9 @@ class TabularPolicy(torch.nn.Module):
 
     act = Policy.act
 
+    def prepare(self, obs: Any) -> np.ndarray:
+        return np.asarray(obs, dtype=np.float32)
+
 
 def load_policy(checkpoint: Path, explore: bool = False) -> Policy | TabularPolicy:
     """The policy of an rl_app checkpoint, in eval mode on the CPU."""
@@ -197,26 +247,13 @@ def load_policy(checkpoint: Path, explore: bool = False) -> Policy | TabularPoli
 
     module = load_module(checkpoint)
     module.eval()
+    info = read_info(checkpoint)
     policy = Policy(
         module,
         explore=explore,
         observation_filter=load_observation_filter(checkpoint),
-        timestep=read_info(checkpoint).timesteps,
+        timestep=info.timesteps,
+        observation_space=space_from_description(info.observation_space) if info.observation_space else None,
     ).eval()
     policy.requires_grad_(False)  # an inference artifact: exported outputs need no autograd
     return policy
-
-
-def space_description(space: gym.Space) -> dict[str, Any]:
-    """A JSON description of a gymnasium space, enough to build inputs for an exported policy."""
-    if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, gym.spaces.Box):
-        return {
-            "type": "Box",
-            "shape": list(space.shape),
-            "dtype": str(space.dtype),
-            "low": [float(v) if np.isfinite(v) else None for v in np.ravel(space.low)],
-            "high": [float(v) if np.isfinite(v) else None for v in np.ravel(space.high)],
-        }
-    return {"type": type(space).__name__, "repr": repr(space)}

@@ -64,12 +64,31 @@ def registered_env(env: EnvSection, evaluation: bool = False) -> str:
     return name
 
 
-def mean_std_filter(env: Any = None, spaces: Any = None, device: Any = None) -> Any:
-    """RLlib's env-to-module MeanStdFilter: observations normalised by running statistics that RLlib
-    merges over the env runners every iteration and keeps in the checkpoint."""
-    from ray.rllib.connectors.env_to_module import MeanStdFilter
+def env_to_module_pieces(
+    env: Any = None, spaces: Any = None, device: Any = None, *, flatten: bool = False, mean_std: bool = False
+) -> list[Any]:
+    """RLlib's env-to-module connectors the experiment adds to RLlib's defaults, in this order:
+    ``FlattenObservations`` for observations that are not a Box (see rl_app.envs.spaces), then
+    ``MeanStdFilter``, observations normalised by running statistics that RLlib merges over the env
+    runners every iteration and keeps in the checkpoint."""
+    from ray.rllib.connectors.env_to_module import FlattenObservations, MeanStdFilter
 
-    return MeanStdFilter(multi_agent=False)
+    return [FlattenObservations()] * flatten + [MeanStdFilter(multi_agent=False)] * mean_std
+
+
+def env_to_module_connector(experiment: ExperimentConfig) -> Any:
+    """The ``env_to_module_connector`` of the experiment's config (None: RLlib's defaults alone)."""
+    import functools
+
+    import gymnasium as gym
+
+    from rl_app.envs import observation_space
+
+    flatten = not isinstance(observation_space(experiment.env), gym.spaces.Box)
+    mean_std = experiment.env_runners.observation_filter == "MeanStdFilter"
+    if not (flatten or mean_std):
+        return None
+    return functools.partial(env_to_module_pieces, flatten=flatten, mean_std=mean_std)
 
 
 OUR_MODEL_KEYS = {"ortho_init", "sac_critic"}  # model keys our catalogs read, not RLlib's DefaultModelConfig
@@ -223,7 +242,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
             env_runner_cls=env_runner_class(
                 runners.restart_failed_envs, runners.max_env_failures, acceleration.uses("runner")
             ),
-            env_to_module_connector=mean_std_filter if runners.observation_filter else None,
+            env_to_module_connector=env_to_module_connector(experiment),
             num_env_runners=plan.num_env_runners,
             num_envs_per_env_runner=plan.num_envs_per_env_runner,
             rollout_fragment_length=runners.rollout_fragment_length,

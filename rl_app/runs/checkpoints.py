@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rl_app.errors import UserError
 
@@ -55,6 +56,9 @@ class CheckpointInfo:
     replay_buffer: bool
     # ray, torch, gymnasium and rl_app as installed when it was written (empty in older markers)
     versions: dict[str, str] = field(default_factory=dict)
+    # The env's observation space (rl_app.envs.spaces.describe) where the module's Box is its
+    # flattening; None for a Box, and in older markers.
+    observation_space: dict[str, Any] | None = None
 
     @property
     def score(self) -> float:

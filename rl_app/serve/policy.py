@@ -8,12 +8,14 @@ needs numpy, onnxruntime and the ASGI stack alone.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rl_app.envs.spaces import flat_size, flatten, nesting_depth, value_count
 from rl_app.errors import UserError, error_detail
 from rl_app.policy import EXPORT_FORMAT_VERSION
 
@@ -35,19 +37,60 @@ class ObservationSpec:
     high: np.ndarray | None = None
     discrete_n: int | None = None  # a Discrete space: integers in [start, start + n)
     discrete_start: int = 0
+    # A Dict or Tuple space's description: each observation is JSON of that structure, flattened
+    # as training flattened it (rl_app.envs.spaces).
+    structure: dict[str, Any] | None = None
 
     @classmethod
     def from_description(cls, space: dict[str, Any]) -> ObservationSpec:
-        if space.get("type") == "Discrete":
+        kind = space.get("type")
+        if kind == "Discrete":
             return cls((), np.dtype(np.int64), discrete_n=int(space["n"]), discrete_start=int(space["start"]))
-        if space.get("type") != "Box":
-            raise ValueError(f"observation space {space.get('type')!r} is not served (Box or Discrete)")
+        if kind in ("Dict", "Tuple"):
+            return cls((flat_size(space),), np.dtype(np.float32), structure=space)
+        if kind == "MultiDiscrete":
+            nvec = np.asarray(space["nvec"])
+            start = np.asarray(space.get("start", 0)) + np.zeros_like(nvec)
+            return cls(nvec.shape, np.dtype(np.int64), low=start, high=start + nvec - 1)
+        if kind == "MultiBinary":
+            shape = tuple(int(n) for n in space["shape"])
+            return cls(shape, np.dtype(np.int8), low=np.zeros(shape), high=np.ones(shape))
+        if kind != "Box":
+            served = "Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple"
+            raise ValueError(f"observation space {kind!r} is not served ({served})")
         shape = tuple(int(n) for n in space["shape"])
         bounds = [
             np.array([unbounded if v is None else v for v in space[key]], dtype=np.float64).reshape(shape)
             for key, unbounded in (("low", -np.inf), ("high", np.inf))
         ]
         return cls(shape, np.dtype(space["dtype"]), low=bounds[0], high=bounds[1])
+
+    @property
+    def nesting(self) -> int:
+        """How deep one observation nests as JSON."""
+        return len(self.shape) if self.structure is None else nesting_depth(self.structure)
+
+    @property
+    def values(self) -> int:
+        """How many numbers one observation holds as JSON."""
+        return math.prod(self.shape) if self.structure is None else value_count(self.structure)
+
+    def flatten_rows(self, rows: list[Any]) -> np.ndarray:
+        """Structured observations (JSON objects or lists) as the (N, flat size) float32 batch the
+        model takes, or ObservationError naming the first that does not fit."""
+        assert self.structure is not None
+        if not rows:
+            raise ObservationError("empty batch: send at least one observation")
+        flat = []
+        for index, row in enumerate(rows):
+            try:
+                flat.append(flatten(self.structure, row))
+            except (ValueError, TypeError) as exc:
+                raise ObservationError(f"observation {index}: {exc}") from None
+        batch = np.stack(flat)
+        if not np.isfinite(batch).all():
+            raise ObservationError("NaN or infinity in the observations")
+        return batch
 
     def check(self, batch: np.ndarray) -> np.ndarray:
         """``batch`` as a (N, *shape) float32 array for the model, or ObservationError."""

@@ -15,7 +15,6 @@ import base64
 import binascii
 import hmac
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -135,8 +134,9 @@ def _nested_lists(rows: list[Any], max_rows: int) -> np.ndarray:
 def check_json_size(body: bytes, spec: ObservationSpec, max_rows: int) -> None:
     """A RequestError for a body nested deeper, or holding more values, than any request for
     ``spec`` can: found before parsing, which would otherwise recurse or allocate for it."""
-    most_depth = 3 + len(spec.shape)  # the object, the batch, one list per dimension (or the encoded form)
-    most_commas = max_rows * math.prod(spec.shape) + len(FIELDS) + len(ENCODED_FIELDS)
+    # The object, the batch, each observation's own nesting (or the encoded form's object and shape).
+    most_depth = 2 + max(spec.nesting, 1 + (spec.structure is None))
+    most_commas = max_rows * spec.values + len(FIELDS) + len(ENCODED_FIELDS)
     if body.count(b"[") + body.count(b"{") <= most_depth and body.count(b",") <= most_commas:
         return  # the common case, from two byte counts
     unquoted = JSON_STRING.sub(b'""', body)
@@ -184,6 +184,17 @@ def parse_act_request(
     if "observations" not in request:
         raise RequestError(422, "observations", "missing", "missing_field")
     observations = request["observations"]
+    if spec.structure is not None:
+        if not isinstance(observations, list):
+            raise RequestError(422, "observations", "expected a list of observations", "dtype")
+        if len(observations) > max_rows:
+            message = f"batch of {len(observations)} above the limit of {max_rows}"
+            raise RequestError(413, "observations", message, "batch_limit")
+        try:
+            return ActRequest(spec.flatten_rows(observations), deterministic, seed)
+        except ObservationError as exc:
+            reason = "empty_batch" if not observations else "observation"
+            raise RequestError(422, "observations", str(exc), reason) from None
     if isinstance(observations, dict):
         batch = _decode_encoded(observations, max_rows)
     elif isinstance(observations, list):

@@ -17,6 +17,7 @@ from typing import Any
 
 from rl_app.config import ExperimentConfig
 from rl_app.config.schema import StopSection
+from rl_app.envs import flattened_observation_space
 from rl_app.runs.checkpoints import CheckpointInfo, installed_versions, read_info, write_marker
 from rl_app.runs.progress import IterationMetrics
 from rl_app.training.backends import Backend
@@ -113,6 +114,7 @@ class TrainingLoop:
             experiment=self.name,
             replay_buffer=self.experiment.checkpoint.replay_buffer,
             versions=installed_versions(),
+            observation_space=flattened_observation_space(self.experiment.env),
         )
         self.backend.save(folder, replay_buffer=info.replay_buffer)
         with (folder / LOOP_STATE).open("wb") as handle:
