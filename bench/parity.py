@@ -5,7 +5,7 @@
 For each case, the experiment as shipped (rl_app) and SB3 with RL Zoo's hyperparameters for the
 env (``Case.sb3``; what differs from the experiment is listed with the case) train on the same
 seeds, each run in a fresh process, the two sides interleaved seed by seed. At every env-step
-mark both are evaluated on the same episodes: ``EVAL_EPISODES`` episodes reset with seeds 1000,
+mark both are evaluated on the same episodes: ``Case.eval_episodes`` episodes reset with seeds 1000,
 1001, ..., deterministic actions (SB3's ``predict(deterministic=True)``, rl_app's policy as
 ``rl_app evaluate`` runs it) and sampled ones. The seeds must not be among the experiment's
 ``tuning_seeds``. Both sides use ``THREADS`` torch threads.
@@ -45,6 +45,7 @@ class Case:
     sb3: dict[str, Any] = field(default_factory=dict)
     differences: str = ""  # what differs between the two sides' settings
     sb3_envs: int = 1  # SB3's vector env width (RL Zoo's n_envs)
+    eval_episodes: int = EVAL_EPISODES
 
 
 # RL Zoo's hyperparams/sac.yml: HalfCheetah (n_timesteps 1e6, learning_starts 10000, the rest SB3's
@@ -88,6 +89,20 @@ DQN_CARTPOLE_ZOO = {
     "exploration_final_eps": 0.04,
     "policy_kwargs": {"net_arch": [256, 256]},
 }
+# ppo_frozenlake's own settings (RL Zoo has none for FrozenLake); SB3's MlpPolicy for PPO is the
+# same 64x64 tanh net, and SB3 one-hot encodes the Discrete observation as RLlib's connector does.
+PPO_FROZENLAKE = {
+    "algorithm": "PPO",
+    "n_steps": 128,
+    "batch_size": 256,
+    "n_epochs": 10,
+    "learning_rate": 1e-3,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip_range": 0.2,
+    "ent_coef": 0.01,
+    "max_grad_norm": 0.5,
+}
 CASES = {
     case.experiment: case
     for case in (
@@ -129,6 +144,15 @@ CASES = {
                 "against RL Zoo's Pendulum settings for SB3 (lr 1e-3, 1-step, uniform)"
             ),
         ),
+        Case(
+            "ppo_frozenlake",
+            marks=(10_240, 25_600, 51_200),
+            seeds=tuple(range(100, 110)),
+            sb3=PPO_FROZENLAKE,
+            sb3_envs=8,
+            eval_episodes=100,  # a success rate: 10 episodes would be +-0.15
+            differences="the same settings on both sides: 8 envs x 128 steps, 10 epochs of 256",
+        ),
     )
 }
 
@@ -150,12 +174,13 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
 
     from rl_app.cluster.session import shutdown_ray
     from rl_app.config import load_experiment
+    from rl_app.envs import observation_space
     from rl_app.policy.evaluate import run_episodes
     from rl_app.policy.module import Policy
 
     torch.set_num_threads(THREADS)
     env_spec = load_experiment(case.experiment).config.env
-    episodes = [(i, EVAL_SEED + i) for i in range(EVAL_EPISODES)]
+    episodes = [(i, EVAL_SEED + i) for i in range(case.eval_episodes)]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         algo = build_experiment_algo(case.experiment, [f"seed={seed}", "evaluation.interval=0"], 2, 0)
@@ -166,7 +191,8 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
                 row: dict[str, Any] = {"mark": marks.pop(0), "steps": int(steps)}
                 for explore in (False, True):
                     module = copy.deepcopy(algo.get_module())
-                    policy = Policy(module, explore=explore, timestep=int(steps)).eval()
+                    space = observation_space(env_spec)
+                    policy = Policy(module, explore=explore, timestep=int(steps), observation_space=space).eval()
                     results = run_episodes(policy, env_spec, episodes)
                     row["sampled" if explore else "deterministic"] = [r.episode_return for r in results]
                 torch.set_num_threads(THREADS)  # run_episodes takes one thread
@@ -207,7 +233,7 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
 
     def episode_returns(deterministic: bool) -> list[float]:
         returns = []
-        for i in range(EVAL_EPISODES):
+        for i in range(case.eval_episodes):
             obs, _ = eval_env.reset(seed=EVAL_SEED + i)
             total, done = 0.0, False
             while not done:
@@ -251,7 +277,7 @@ def summarize(case: Case, runs: dict[str, list[dict[str, Any]]]) -> list[dict[st
     for index, mark in enumerate(case.marks):
 
         def means(side: str, kind: str, index: int = index) -> list[float]:
-            return [sum(r["marks"][index][kind]) / EVAL_EPISODES for r in runs[side]]
+            return [sum(r["marks"][index][kind]) / len(r["marks"][index][kind]) for r in runs[side]]
 
         ours_det, sb3_det = means("rl_app", "deterministic"), means("sb3", "deterministic")
         rows.append(
@@ -271,7 +297,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"# Learning parity at equal env steps, {results['date']}",
         "",
-        f"Mean return of {EVAL_EPISODES} episodes (reset seeds {EVAL_SEED}-{EVAL_SEED + EVAL_EPISODES - 1}) "
+        f"Mean return of each case's evaluation episodes (reset seeds {EVAL_SEED}, {EVAL_SEED + 1}, ...) "
         f"at each mark; medians over the held-out seeds with bootstrap 95 % intervals; "
         f"{THREADS} torch threads on both sides.",
         "",
@@ -295,7 +321,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines.append("")
     for name, entry in results["cases"].items():
         seeds = ", ".join(map(str, entry["case"]["seeds"]))
-        lines.append(f"- {name}: seeds {seeds}; {entry['case']['differences']}.")
+        episodes = entry["case"].get("eval_episodes", EVAL_EPISODES)
+        lines.append(f"- {name}: seeds {seeds}, {episodes} evaluation episodes; {entry['case']['differences']}.")
     return "\n".join(lines) + "\n"
 
 
