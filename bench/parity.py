@@ -238,6 +238,7 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
             total, done = 0.0, False
             while not done:
                 action, _ = model.predict(obs, deterministic=deterministic)
+                action = action if action.shape else action.item()  # a Discrete action as an int
                 obs, reward, terminated, truncated, _ = eval_env.step(action)
                 total, done = total + float(reward), terminated or truncated
             returns.append(total)
