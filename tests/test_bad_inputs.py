@@ -231,6 +231,21 @@ CASES = {
             "allowed: Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple",
         ],
     ),
+    "env observation part RLlib cannot flatten": (
+        GOOD.replace("env: CartPole-v1", "env: spaces_envs:GraphObservations"),
+        ["train", "bad"],
+        ["'spaces_envs:GraphObservations' its observation space Graph(", "(part ['map']) is not one rl_app"],
+    ),
+    "env discrete observations counted from one": (
+        GOOD.replace("env: CartPole-v1", "env: spaces_envs:CountsFromOne"),
+        ["train", "bad"],
+        ["its observation space Discrete(4, start=1) starts at 1: RLlib one-hot encodes from 0"],
+    ),
+    "offline data for discrete observations": (
+        "algorithm: BC\nenv: FrozenLake-v1\noffline: {input: data}\nstop: {iterations: 1}\n",
+        ["train", "bad"],
+        ["bad.yaml: env: offline algorithms here learn from Box observations; FrozenLake-v1's are Discrete(16)"],
+    ),
     "env reset of the wrong shape": (
         GOOD.replace("env: CartPole-v1", "env: broken_envs:WrongShape"),
         ["train", "bad"],

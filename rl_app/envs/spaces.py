@@ -152,14 +152,18 @@ def space_from_description(description: dict[str, Any]) -> Any:
     if kind == "MultiDiscrete":
         return gym.spaces.MultiDiscrete(description["nvec"], start=description.get("start"))
     if kind == "MultiBinary":
-        return gym.spaces.MultiBinary(description["shape"])
+        shape = description["shape"]
+        return gym.spaces.MultiBinary(shape[0] if len(shape) == 1 else shape)
     if kind == "Box":
         shape = tuple(description["shape"])
+        dtype = np.dtype(description["dtype"])
         low, high = (
-            np.array([bound if v is None else v for v in description[key]], dtype=np.float64).reshape(shape)
+            np.array([bound if v is None else v for v in description[key]], dtype=np.float64)
+            .reshape(shape)
+            .astype(dtype)
             for key, bound in (("low", -np.inf), ("high", np.inf))
         )
-        return gym.spaces.Box(low, high, shape, dtype=np.dtype(description["dtype"]))
+        return gym.spaces.Box(low, high, shape, dtype=dtype)
     if kind == "Dict":
         return gym.spaces.Dict(
             {key: space_from_description(part) for key, part in description["spaces"].items()}

@@ -158,6 +158,11 @@ def check_recording(location: str, env_spec: Any, source: str) -> None:
     def refuse(message: str) -> ConfigError:
         return ConfigError(source, f"'{location}' {message}", key="offline.input")
 
+    obs_space = observation_space(env_spec)
+    if not isinstance(obs_space, gym.spaces.Box):
+        # RLlib's offline path would need its FlattenObservations as a learner connector too.
+        message = f"offline algorithms here learn from Box observations; {env_spec.id}'s are {obs_space}"
+        raise ConfigError(source, message, key="env")
     try:
         fs, path = (
             pafs.FileSystem.from_uri(location) if is_uri(location) else (pafs.LocalFileSystem(), location)
@@ -184,7 +189,7 @@ def check_recording(location: str, env_spec: Any, source: str) -> None:
             f"lacks the column(s) {', '.join(missing)} of RLlib's offline format (rl_app record writes them)"
         )
     row = first.to_pylist()[0]
-    obs_space, act_space = observation_space(env_spec), action_space(env_spec)
+    act_space = action_space(env_spec)
     obs_size = int(np.prod(obs_space.shape)) if obs_space.shape else 1
     recorded_obs = np.asarray(row["obs"]).size
     if recorded_obs != obs_size:
