@@ -241,10 +241,29 @@ CASES = {
         ["train", "bad"],
         ["its observation space Discrete(4, start=1) starts at 1: RLlib one-hot encodes from 0"],
     ),
+    "action mask of the wrong length": (
+        GOOD.replace("env: CartPole-v1", "env: spaces_envs:WrongMaskSize"),
+        ["train", "bad"],
+        [
+            "bad.yaml: env: 'spaces_envs:WrongMaskSize' its observation's 'action_mask'",
+            "must be a Box or MultiBinary of shape (5,), one entry per action",
+        ],
+    ),
+    "action mask for an algorithm that cannot mask": (
+        "algorithm: DQN\nenv: spaces_envs:MaskedGoal\nstop: {iterations: 1}\n",
+        ["train", "bad"],
+        [
+            "bad.yaml: env: an observation with 'action_mask'",
+            "masks the actions of PPO, APPO and IMPALA here, not DQN's",
+        ],
+    ),
     "offline data for discrete observations": (
         "algorithm: BC\nenv: FrozenLake-v1\noffline: {input: data}\nstop: {iterations: 1}\n",
         ["train", "bad"],
-        ["bad.yaml: env: offline algorithms here learn from Box observations; FrozenLake-v1's are Discrete(16)"],
+        [
+            "bad.yaml: env: offline algorithms here learn from Box observations;",
+            "FrozenLake-v1's are Discrete(16)",
+        ],
     ),
     "env reset of the wrong shape": (
         GOOD.replace("env: CartPole-v1", "env: broken_envs:WrongShape"),

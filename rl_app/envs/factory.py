@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rl_app.config.schema import EnvSection
-from rl_app.envs.spaces import describe, unsupported_part
+from rl_app.envs.spaces import MASK_KEY, describe, is_masked, mask_problem, unsupported_part
 from rl_app.envs.wrappers import TRAINING_ONLY, import_class, wrapper_class
 from rl_app.errors import error_detail
 
@@ -175,6 +175,10 @@ def check_env(env: EnvSection) -> None:
                 f"its action space {instance.action_space} is not one RLlib's default models take "
                 f"(allowed: {', '.join(SUPPORTED_ACTIONS)})"
             )
+        if is_masked(instance.observation_space):
+            problem = mask_problem(instance.observation_space, instance.action_space)
+            if problem:
+                raise ValueError(f"its observation's '{MASK_KEY}' {problem}")
         try:
             obs, _ = instance.reset(seed=0)
         except Exception as exc:

@@ -76,6 +76,35 @@ def unsupported_part(space: Any, where: str = "") -> str | None:
     return None
 
 
+MASK_KEY = "action_mask"
+
+
+def is_masked(observation_space: Any) -> bool:
+    """Whether observations of this space carry an action mask (a Dict with ``action_mask``)."""
+    import gymnasium as gym
+
+    return isinstance(observation_space, gym.spaces.Dict) and MASK_KEY in observation_space.spaces
+
+
+def mask_problem(observation_space: Any, action_space: Any) -> str | None:
+    """Why the ``action_mask`` of ``observation_space`` cannot mask actions of ``action_space``
+    (their kind, the mask's size or its place in the flattened row), or None."""
+    import gymnasium as gym
+
+    mask = observation_space[MASK_KEY]
+    if not isinstance(action_space, gym.spaces.Discrete):
+        return f"masks Discrete actions only, not {action_space}"
+    n = int(action_space.n)
+    if not isinstance(mask, gym.spaces.Box | gym.spaces.MultiBinary) or tuple(mask.shape) != (n,):
+        return f"must be a Box or MultiBinary of shape ({n},), one entry per action; it is {mask}"
+    before = sorted(key for key in observation_space.spaces if key < MASK_KEY)
+    if before:
+        return (
+            f"must come first in sorted key order (RLlib flattens a Dict so); {before[0]!r} sorts before it"
+        )
+    return None
+
+
 def is_flattened(description: dict[str, Any]) -> bool:
     """Whether observations of this space reach the model flattened (anything but a Box)."""
     return description.get("type") in FLATTENED

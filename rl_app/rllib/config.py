@@ -147,6 +147,7 @@ def _module_spec(
         PlainConcatCriticSACTorchRLModule,
         TanhModeSACTorchRLModule,
     )
+    from rl_app.rllib.masking import MASK_KEY, is_masked, masked_module_class
     from rl_app.rllib.pixels import image_module_class, is_image_space
 
     default_spec: Any = config.get_default_rl_module_spec()
@@ -162,6 +163,12 @@ def _module_spec(
                 f"(image observations {space.shape} {space.dtype} train with {takers})",
             )
         module_class = image_module_class(default_spec.module_class)
+    if is_masked(space):  # the mask itself was checked with the env (rl_app.envs.check_env)
+        masked = masked_module_class(default_spec.module_class)
+        if masked is None:
+            message = f"masks the actions of PPO, APPO and IMPALA here, not {experiment.algorithm}'s"
+            raise ConfigError(source, f"an observation with '{MASK_KEY}' {message}", key="env")
+        module_class = masked
     sac = module_class is DefaultSACTorchRLModule
     catalog_class = _catalog_class(experiment, source, sac)
     if sac:

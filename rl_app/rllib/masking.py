@@ -1,0 +1,90 @@
+"""Action masking: envs whose observation is a Dict carrying ``action_mask`` (the common
+convention: 1 for an action allowed now, 0 for one that is not) beside the rest of the observation.
+
+RLlib's ``FlattenObservations`` connector flattens such an observation like any Dict (keys in
+sorted order, so ``action_mask`` first); these modules split the flat row again: the first n
+values are the mask, the model reads the rest, and every masked action's logit is pushed to the
+lowest float before any distribution is made of them. So training samples, evaluation, the
+exported file and a server's sampled actions never pick a masked action, and the loss never sees
+one as likely. The value function reads the observation without the mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from ray.rllib.algorithms.appo.torch.default_appo_torch_rl_module import DefaultAPPOTorchRLModule
+from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
+from ray.rllib.core.columns import Columns
+from ray.rllib.utils.torch_utils import FLOAT_MIN
+
+from rl_app.envs.spaces import MASK_KEY, is_masked
+
+__all__ = ["MASK_KEY", "MaskedAPPOModule", "MaskedPPOModule", "is_masked", "masked_module_class"]
+
+
+class MaskedActions:
+    """Mixin for RLlib's PPO-family torch modules over flattened ``{action_mask, ...}`` rows."""
+
+    def __init__(self, *args: Any, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
+        n = int(action_space.n)
+        self.observation_space_with_mask = observation_space
+        rest = gym.spaces.Box(
+            np.asarray(observation_space.low)[n:],
+            np.asarray(observation_space.high)[n:],
+            dtype=observation_space.dtype,
+        )
+        # The catalog builds the model on what it reads: the observation without its mask.
+        super().__init__(*args, observation_space=rest, action_space=action_space, **kwargs)  # type: ignore[call-arg]
+
+    def setup(self) -> None:
+        super().setup()  # type: ignore[misc]
+        # Checkpoints record the space the module takes, mask and all.
+        self.observation_space = self.observation_space_with_mask
+
+    def _split(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+        obs = batch[Columns.OBS]
+        n = int(self.action_space.n)  # type: ignore[attr-defined]
+        return obs[..., :n], {**batch, Columns.OBS: obs[..., n:]}
+
+    @staticmethod
+    def _masked(out: dict[str, Any], mask: torch.Tensor) -> dict[str, Any]:
+        out[Columns.ACTION_DIST_INPUTS] = out[Columns.ACTION_DIST_INPUTS] + torch.clamp(
+            torch.log(mask), min=FLOAT_MIN
+        )
+        return out
+
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        mask, rest = self._split(batch)
+        return self._masked(super()._forward(rest, **kwargs), mask)  # type: ignore[misc]
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        mask, rest = self._split(batch)
+        return self._masked(super()._forward_train(rest, **kwargs), mask)  # type: ignore[misc]
+
+    def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> Any:
+        if embeddings is None:
+            batch = self._split(batch)[1]
+        return super().compute_values(batch, embeddings)  # type: ignore[misc]
+
+
+class MaskedPPOModule(MaskedActions, DefaultPPOTorchRLModule):
+    """PPO's and IMPALA's default module, never choosing a masked action."""
+
+
+class MaskedAPPOModule(MaskedActions, DefaultAPPOTorchRLModule):
+    """APPO's default module, never choosing a masked action."""
+
+
+MASKED_MODULES: dict[type, type] = {
+    DefaultAPPOTorchRLModule: MaskedAPPOModule,
+    DefaultPPOTorchRLModule: MaskedPPOModule,
+}
+
+
+def masked_module_class(default_module_class: type) -> type | None:
+    """Our masking variant of RLlib's default module class, or None if there is none."""
+    return MASKED_MODULES.get(default_module_class)
