@@ -257,6 +257,24 @@ CASES = {
             "masks the actions of PPO, APPO and IMPALA here, not DQN's",
         ],
     ),
+    "lstm for an algorithm without one": (
+        "algorithm: DQN\nenv: CartPole-v1\nmodel: {use_lstm: true}\nstop: {iterations: 1}\n",
+        ["train", "bad"],
+        ["bad.yaml: model.use_lstm: applies to PPO, APPO, IMPALA here, not DQN"],
+    ),
+    "lstm with orthogonal initialisation": (
+        GOOD + "model: {use_lstm: true, ortho_init: true}\n",
+        ["train", "bad"],
+        ["bad.yaml: model.ortho_init: initialises MLP encoders, not the LSTM of model.use_lstm"],
+    ),
+    "observation indices outside the observation": (
+        GOOD.replace(
+            "env: CartPole-v1",
+            "env: {id: CartPole-v1, wrappers: [{name: observation_indices, kwargs: {indices: [0, 4]}}]}",
+        ),
+        ["train", "bad"],
+        ["cannot be created: ValueError: observation_indices [0, 4] must be within [0, 3]"],
+    ),
     "offline data for discrete observations": (
         "algorithm: BC\nenv: FrozenLake-v1\noffline: {input: data}\nstop: {iterations: 1}\n",
         ["train", "bad"],

@@ -125,6 +125,7 @@ RUNS = {
     "frozenlake": ("ppo_frozenlake", TINY),
     "dict": ("ppo_frozenlake", [*TINY, "env=spaces_envs:DictGoal"]),
     "masked": ("ppo_frozenlake", [*TINY, "env=spaces_envs:MaskedGoal"]),
+    "lstm": ("ppo_stateless_cartpole", TINY),
 }
 
 
@@ -154,7 +155,7 @@ def rllib_actions(checkpoint: Path, space: gym.Space, observations: list[Any]) -
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("name", list(RUNS))
+@pytest.mark.parametrize("name", ["frozenlake", "dict", "masked"])
 def test_structured_observations_train_evaluate_export_and_serve_as_rllib_acts(
     runs: dict[str, Path], name: str
 ) -> None:
@@ -169,7 +170,8 @@ def test_structured_observations_train_evaluate_export_and_serve_as_rllib_acts(
     space = observation_space(checkpoint_env(checkpoint, ""))
     assert not isinstance(space, gym.spaces.Box)
     stats = evaluate(str(run_dir), episodes=4)
-    assert stats["episodes"] == 4 and 0.0 <= stats["return_mean"] <= 16.0
+    returns = [episode["episode_return"] for episode in stats["per_episode"]]
+    assert len(returns) == 4 and all(0.0 <= r <= 20.0 for r in returns)
 
     space.seed(6)
     observations = [space.sample() for _ in range(32)]
@@ -243,3 +245,50 @@ def test_a_masked_action_is_never_taken_in_training_evaluation_export_or_serving
     rng = np.random.default_rng(9)
     for _ in range(50):
         assert masks[rows, served.sample(dist_inputs, rng)].all()
+
+
+@pytest.mark.ray
+def test_a_recurrent_policy_carries_its_state_through_an_episode(runs: dict[str, Path]) -> None:
+    from rl_app.envs import make_env
+    from rl_app.errors import UserError
+    from rl_app.policy.evaluate import checkpoint_env
+    from rl_app.policy.export import export_policy
+    from rl_app.policy.module import load_policy
+    from rl_app.runs.checkpoints import list_checkpoints
+
+    checkpoint = list_checkpoints(runs["lstm"])[-1]
+    policy = load_policy(checkpoint)
+    assert policy.recurrent
+    env = make_env(checkpoint_env(checkpoint, ""))
+    obs, _ = env.reset(seed=3)
+    policy.reset()
+    observations, stepped = [], []
+    for step in range(30):
+        observations.append(obs)
+        with torch.no_grad():
+            batch = policy.module_inputs(torch.as_tensor(policy.prepare(obs)[None]))
+            out = policy.module.forward_inference(batch)
+        stepped.append(policy._dist_inputs(out)[0])
+        obs, _, terminated, truncated, _ = env.step(step % 2)  # alternate: the pole stays up a while
+        if terminated or truncated:
+            break
+    assert len(observations) >= 10
+    # RLlib's module over the whole sequence at once, from its initial state: what carrying the
+    # state from step to step must give.
+    sequence = torch.as_tensor(np.stack(observations)[None], dtype=torch.float32)
+    policy.reset()
+    with torch.no_grad():
+        whole = policy.module.forward_inference({"obs": sequence, "state_in": policy.state})
+    np.testing.assert_allclose(torch.stack(stepped), whole["action_dist_inputs"][0], atol=1e-5)
+    # Without the state (each step from the initial one) the outputs differ: the state matters.
+    forgetful = []
+    for row in observations:
+        policy.reset()
+        with torch.no_grad():
+            out = policy.module.forward_inference(
+                policy.module_inputs(torch.as_tensor(row[None], dtype=torch.float32))
+            )
+        forgetful.append(out["action_dist_inputs"][0, 0])
+    assert not np.allclose(torch.stack(forgetful), torch.stack(stepped), atol=1e-4)
+    with pytest.raises(UserError, match=r"a recurrent policy \(model\.use_lstm\)"):
+        export_policy(str(runs["lstm"]), "onnx")

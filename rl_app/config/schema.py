@@ -153,6 +153,11 @@ class ModelSection(Section):
         None, description="CNN for image observations: [[channels, kernel, stride], ...] (RLlib's form)."
     )
     conv_activation: Activation | None = None
+    use_lstm: bool | None = Field(
+        None, description="An LSTM after the encoder (PPO, APPO, IMPALA): memory for partially observed envs."
+    )
+    lstm_cell_size: PositiveInt | None = None
+    max_seq_len: PositiveInt | None = Field(None, description="Steps per training sequence of the LSTM.")
     ortho_init: bool | None = Field(
         None,
         description=(

@@ -12,13 +12,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Short names for Gymnasium's own wrappers; each entry is 'module:Class'.
+# Short names for Gymnasium's wrappers and rl_app's own; each entry is 'module:Class'.
 WRAPPERS: dict[str, str] = {
     "time_limit": "gymnasium.wrappers:TimeLimit",
     "clip_reward": "gymnasium.wrappers:ClipReward",
     "frame_stack": "gymnasium.wrappers:FrameStackObservation",
     "flatten_observation": "gymnasium.wrappers:FlattenObservation",
     "atari": "rl_app.envs.atari:atari",
+    "observation_indices": "rl_app.envs.observations:ObservationIndices",
 }
 
 # Training-only wrappers: evaluation, `rl_app evaluate` and videos report the env's own reward.

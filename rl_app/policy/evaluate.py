@@ -64,6 +64,7 @@ def run_episodes(
         for index, seed in episodes:
             record = video_dir is not None and index < video_episodes
             obs, _ = env.reset(seed=seed)
+            policy.reset()
             frames = [env.render()] if record else []
             total, length, done = 0.0, 0, False
             while not done:

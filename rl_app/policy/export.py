@@ -91,6 +91,11 @@ def export_policy(
     out_dir = out_dir or checkpoint.parent.parent / "export"
     target = out_dir / FILENAMES[fmt]
     policy = load_policy(checkpoint)
+    if getattr(policy, "recurrent", False):
+        raise UserError(
+            f"{checkpoint}: a recurrent policy (model.use_lstm) carries its state from step to step, "
+            "which an exported file does not take yet; evaluate it with `rl_app evaluate`"
+        )
     example = _example_batch(policy)
     # ONNX exports also return the distribution inputs, so a server can sample actions too;
     # TorchScript keeps one output, the actions (what ``torch.jit.load(...)(obs)`` users expect).

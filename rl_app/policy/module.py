@@ -100,6 +100,10 @@ class Policy(torch.nn.Module):
             else None
         )
         self.observation_description = describe(self.observation_space) if self.observation_encoder else None
+        # A recurrent module (model.use_lstm) carries its state from one step of an episode to the
+        # next: ``act`` keeps it for a batch of one, ``reset`` starts an episode.
+        self.recurrent = bool(module.is_stateful())
+        self.state: Any = None
         self.dist_cls = (
             module.get_exploration_action_dist_cls() if explore else module.get_inference_action_dist_cls()
         )
@@ -121,11 +125,28 @@ class Policy(torch.nn.Module):
             return flatten(self.observation_description, obs)
         return np.asarray(obs, dtype=np.float32)
 
-    def module_inputs(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The batch RLlib's module takes: the observations, encoded and normalised as in training."""
+    def reset(self) -> None:
+        """Start an episode: a recurrent module's initial state (RLlib's), for a batch of one."""
+        if self.recurrent:
+            self.state = _map_tensors(lambda t: t.unsqueeze(0), self.module.get_initial_state())
+
+    def module_inputs(self, obs: torch.Tensor) -> dict[str, Any]:
+        """The batch RLlib's module takes: the observations, encoded and normalised as in training;
+        for a recurrent module a time axis of one step and the state (RLlib's env runner's form)."""
         if self.observation_encoder is not None:
             obs = self.observation_encoder(obs)
-        return {"obs": obs if self.observation_filter is None else self.observation_filter(obs)}
+        obs = obs if self.observation_filter is None else self.observation_filter(obs)
+        if self.recurrent:
+            if self.state is None:
+                self.reset()
+            return {"obs": obs.unsqueeze(1), "state_in": self.state}
+        return {"obs": obs}
+
+    def _dist_inputs(self, out: dict[str, Any]) -> torch.Tensor:
+        if self.recurrent:
+            self.state = out["state_out"]
+            return out["action_dist_inputs"][:, 0]
+        return out["action_dist_inputs"]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.explore:
@@ -134,7 +155,7 @@ class Policy(torch.nn.Module):
             if "actions" in out:
                 action = out["actions"]
             else:
-                action = self.dist_cls.from_logits(out["action_dist_inputs"]).sample()
+                action = self.dist_cls.from_logits(self._dist_inputs(out)).sample()
         else:
             out = self.module.forward_inference(self.module_inputs(obs))
             if "actions" in out:  # DQN's module picks the greedy action itself
@@ -142,7 +163,7 @@ class Policy(torch.nn.Module):
             else:
                 from rl_app.rllib.distributions import deterministic_actions  # with RLlib, as load_module
 
-                action = deterministic_actions(self.dist_cls, out["action_dist_inputs"])
+                action = deterministic_actions(self.dist_cls, self._dist_inputs(out))
         low, high = self.low, self.high
         if isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):
             action = low + (action + 1.0) * (high - low) / 2.0
@@ -157,6 +178,13 @@ class Policy(torch.nn.Module):
         if isinstance(self.action_space, gym.spaces.Discrete):
             return int(action)
         return action.astype(self.action_space.dtype)
+
+
+def _map_tensors(fn: Any, struct: Any) -> Any:
+    """``fn`` applied to every tensor of a nested dict (a recurrent module's state)."""
+    if isinstance(struct, dict):
+        return {key: _map_tensors(fn, value) for key, value in struct.items()}
+    return fn(torch.as_tensor(struct))
 
 
 # RLlib's exploration distributions a served policy can sample from, by the names policy.json uses.
@@ -225,6 +253,9 @@ class TabularPolicy(torch.nn.Module):
         return self.q[rows].argmax(dim=-1)
 
     act = Policy.act
+
+    def reset(self) -> None:
+        """Nothing to reset: a Q-table has no memory."""
 
     def prepare(self, obs: Any) -> np.ndarray:
         return np.asarray(obs, dtype=np.float32)

@@ -93,10 +93,14 @@ def record(
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
+            if policy is not None:
+                policy.reset()
             eps_id, total, t, done = uuid.uuid4().hex, 0.0, 0, False
             while not done:
                 explore = random_policy or rng.random() < epsilon
-                action = env.action_space.sample() if explore or policy is None else policy.act(obs)
+                # The policy sees every step, so a recurrent one's memory follows the episode.
+                chosen = None if policy is None else policy.act(obs)
+                action = env.action_space.sample() if explore or chosen is None else chosen
                 next_obs, reward, terminated, truncated, _ = env.step(action)
                 for name, value in zip(
                     columns,

@@ -91,6 +91,9 @@ def env_to_module_connector(experiment: ExperimentConfig) -> Any:
     return functools.partial(env_to_module_pieces, flatten=flatten, mean_std=mean_std)
 
 
+# RLlib's algorithms whose default modules take model.use_lstm on the new API stack.
+RECURRENT_ALGORITHMS = ("PPO", "APPO", "IMPALA")
+
 OUR_MODEL_KEYS = {"ortho_init", "sac_critic"}  # model keys our catalogs read, not RLlib's DefaultModelConfig
 
 
@@ -102,6 +105,13 @@ def _catalog_class(experiment: ExperimentConfig, source: str, sac: bool) -> Any:
     from rl_app.rllib.catalog import ConcatCriticSACCatalog, OrthoInitPPOCatalog, is_concat_critic_eligible
 
     model = experiment.model
+    if model.use_lstm and experiment.algorithm not in RECURRENT_ALGORITHMS:
+        takers = ", ".join(RECURRENT_ALGORITHMS)
+        message = f"applies to {takers} here, not {experiment.algorithm}"
+        raise ConfigError(source, message, key="model.use_lstm")
+    if model.ortho_init and model.use_lstm:
+        message = "initialises MLP encoders, not the LSTM of model.use_lstm"
+        raise ConfigError(source, message, key="model.ortho_init")
     if model.ortho_init:
         if not algorithm_spec(experiment.algorithm).ortho_init:
             takers = ", ".join(name for name, spec in ALGORITHMS.items() if spec.ortho_init)

@@ -141,6 +141,8 @@ def plan_acceleration(experiment: Any, resources: Any = None) -> AccelerationPla
     everything_off = switched_off(experiment)
     if everything_off:
         return AccelerationPlan(on=(), everything_off=everything_off)
+    if experiment.model.use_lstm:  # sequences, state and padding: RLlib's runner and learner
+        return AccelerationPlan(on=(), off={p: "model.use_lstm" for p in PARTS if p in capable})
     replay = _replay_refusal(experiment) if "replay_buffer" in capable else None
     refusals = {
         "runner": _runner_refusal(experiment),
