@@ -250,11 +250,11 @@ CASES = {
         ],
     ),
     "action mask for an algorithm that cannot mask": (
-        "algorithm: DQN\nenv: spaces_envs:MaskedGoal\nstop: {iterations: 1}\n",
+        "algorithm: SAC\nenv: spaces_envs:MaskedGoal\nstop: {iterations: 1}\n",
         ["train", "bad"],
         [
             "bad.yaml: env: an observation with 'action_mask'",
-            "masks the actions of PPO, APPO and IMPALA here, not DQN's",
+            "masks the actions of PPO, APPO, IMPALA and DQN here, not SAC's",
         ],
     ),
     "lstm for an algorithm without one": (

@@ -125,6 +125,16 @@ RUNS = {
     "frozenlake": ("ppo_frozenlake", TINY),
     "dict": ("ppo_frozenlake", [*TINY, "env=spaces_envs:DictGoal"]),
     "masked": ("ppo_frozenlake", [*TINY, "env=spaces_envs:MaskedGoal"]),
+    "masked_dqn": (
+        "dqn_cartpole",
+        [
+            "env=spaces_envs:MaskedGoal",
+            "stop.timesteps=1200",
+            "evaluation.interval=0",
+            "training.num_steps_sampled_before_learning_starts=256",
+            "training.training_intensity=1",  # a few updates: enough to train the masked Q-values
+        ],
+    ),
     "lstm": ("ppo_stateless_cartpole", TINY),
 }
 
@@ -202,8 +212,9 @@ def _as_json(obs: Any) -> Any:
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("name", ["masked", "masked_dqn"])
 def test_a_masked_action_is_never_taken_in_training_evaluation_export_or_serving(
-    runs: dict[str, Path],
+    runs: dict[str, Path], name: str
 ) -> None:
     import csv
 
@@ -214,7 +225,7 @@ def test_a_masked_action_is_never_taken_in_training_evaluation_export_or_serving
     from rl_app.runs.checkpoints import list_checkpoints
     from rl_app.serve.policy import load_served_policy
 
-    run_dir = runs["masked"]
+    run_dir = runs[name]
     # A masked action costs 100 and an episode earns at most 20: no training episode took one.
     with (run_dir / "progress.csv").open() as handle:
         assert min(float(row["return_min"]) for row in csv.DictReader(handle)) >= 0.0
@@ -241,6 +252,9 @@ def test_a_masked_action_is_never_taken_in_training_evaluation_export_or_serving
     rows = np.arange(len(observations))
     actions, dist_inputs = served.infer(request.observations)
     assert masks[rows, actions].all()
+    if name == "masked_dqn":  # epsilon-greedy: a server answers the greedy action only
+        assert dist_inputs is None
+        return
     assert dist_inputs is not None
     rng = np.random.default_rng(9)
     for _ in range(50):

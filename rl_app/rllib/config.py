@@ -176,7 +176,7 @@ def _module_spec(
     if is_masked(space):  # the mask itself was checked with the env (rl_app.envs.check_env)
         masked = masked_module_class(default_spec.module_class)
         if masked is None:
-            message = f"masks the actions of PPO, APPO and IMPALA here, not {experiment.algorithm}'s"
+            message = f"masks the actions of PPO, APPO, IMPALA and DQN here, not {experiment.algorithm}'s"
             raise ConfigError(source, f"an observation with '{MASK_KEY}' {message}", key="env")
         module_class = masked
     sac = module_class is DefaultSACTorchRLModule
