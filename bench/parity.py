@@ -46,6 +46,7 @@ class Case:
     differences: str = ""  # what differs between the two sides' settings
     sb3_envs: int = 1  # SB3's vector env width (RL Zoo's n_envs)
     eval_episodes: int = EVAL_EPISODES
+    digits: int = 1  # decimals of the returns in the markdown (a success rate needs 2)
 
 
 # RL Zoo's hyperparams/sac.yml: HalfCheetah (n_timesteps 1e6, learning_starts 10000, the rest SB3's
@@ -152,6 +153,7 @@ CASES = {
             sb3=PPO_FROZENLAKE,
             sb3_envs=8,
             eval_episodes=100,  # a success rate: 10 episodes would be +-0.15
+            digits=2,
             differences="the same settings on both sides: 8 envs x 128 steps, 10 epochs of 256",
         ),
     )
@@ -308,9 +310,10 @@ def markdown(results: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for name, entry in results["cases"].items():
+        digits = entry["case"].get("digits", 1)
         for row in entry["summary"]:
             cells = [
-                interval_text(row[key])
+                interval_text(row[key], digits)
                 for key in (
                     "rl_app_deterministic",
                     "rl_app_sampled",
@@ -332,11 +335,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"any of {', '.join(CASES)}")
     parser.add_argument("--seeds", help="comma-separated seeds (default: each case's own)")
+    parser.add_argument("--render", type=Path, help="rewrite the markdown of a results JSON")
     parser.add_argument("--worker", nargs=3, metavar=("SIDE", "CASE", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     unknown = [name for name in args.cases if name not in CASES]
     if unknown:
         parser.error(f"unknown case {unknown[0]} (cases: {', '.join(CASES)})")
+    if args.render:
+        results = json.loads(args.render.read_text())
+        for name, entry in results["cases"].items():  # files from before Case.digits
+            entry["case"].setdefault("digits", CASES[name].digits if name in CASES else 1)
+        args.render.with_suffix(".md").write_text(markdown(results))
+        return 0
     if args.worker:
         side, name, seed = args.worker
         work = ours if side == "rl_app" else sb3
