@@ -99,7 +99,7 @@ PPO_FROZENLAKE = {
     "batch_size": 256,
     "n_epochs": 10,
     "learning_rate": 1e-3,
-    "gamma": 0.99,
+    "gamma": 0.999,
     "gae_lambda": 0.95,
     "clip_range": 0.2,
     "ent_coef": 0.01,
@@ -149,7 +149,7 @@ CASES = {
         Case(
             "ppo_frozenlake",
             marks=(10_240, 25_600, 51_200, 102_400),
-            seeds=tuple(range(200, 210)),
+            seeds=tuple(range(300, 310)),
             sb3=PPO_FROZENLAKE,
             sb3_envs=8,
             eval_episodes=100,  # a success rate: 10 episodes would be +-0.15
