@@ -195,7 +195,9 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
                 for explore in (False, True):
                     module = copy.deepcopy(algo.get_module())
                     space = observation_space(env_spec)
-                    policy = Policy(module, explore=explore, timestep=int(steps), observation_space=space).eval()
+                    policy = Policy(
+                        module, explore=explore, timestep=int(steps), observation_space=space
+                    ).eval()
                     results = run_episodes(policy, env_spec, episodes)
                     row["sampled" if explore else "deterministic"] = [r.episode_return for r in results]
                 torch.set_num_threads(THREADS)  # run_episodes takes one thread
@@ -327,7 +329,9 @@ def markdown(results: dict[str, Any]) -> str:
     for name, entry in results["cases"].items():
         seeds = ", ".join(map(str, entry["case"]["seeds"]))
         episodes = entry["case"].get("eval_episodes", EVAL_EPISODES)
-        lines.append(f"- {name}: seeds {seeds}, {episodes} evaluation episodes; {entry['case']['differences']}.")
+        lines.append(
+            f"- {name}: seeds {seeds}, {episodes} evaluation episodes; {entry['case']['differences']}."
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -151,13 +151,14 @@ def _module_spec(
 
     from rl_app.algorithms import ALGORITHMS
     from rl_app.envs import observation_space
+    from rl_app.envs.spaces import MASK_KEY, is_masked
     from rl_app.rllib.catalog import (
         ConcatCriticSACCatalog,
         ConcatCriticSACTorchRLModule,
         PlainConcatCriticSACTorchRLModule,
         TanhModeSACTorchRLModule,
     )
-    from rl_app.rllib.masking import MASK_KEY, is_masked, masked_module_class
+    from rl_app.rllib.masking import masked_module_class
     from rl_app.rllib.pixels import image_module_class, is_image_space
 
     default_spec: Any = config.get_default_rl_module_spec()

@@ -23,17 +23,6 @@ from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPP
 from ray.rllib.core.columns import Columns
 from ray.rllib.utils.torch_utils import FLOAT_MIN
 
-from rl_app.envs.spaces import MASK_KEY, is_masked
-
-__all__ = [
-    "MASK_KEY",
-    "MaskedAPPOModule",
-    "MaskedDQNModule",
-    "MaskedPPOModule",
-    "is_masked",
-    "masked_module_class",
-]
-
 
 class MaskSplit:
     """Mixin for RLlib's torch modules over flattened ``{action_mask, ...}`` rows: the model is built
@@ -59,7 +48,6 @@ class MaskSplit:
         obs = batch[Columns.OBS]
         n = int(self.action_space.n)  # type: ignore[attr-defined]
         return obs[..., :n], {**batch, Columns.OBS: obs[..., n:]}
-
 
 
 class MaskedActions(MaskSplit):
