@@ -229,15 +229,12 @@ def dataset_location(location: str) -> str:
     return location if is_uri(location) else str(Path(location).expanduser().resolve())
 
 
-def evaluation_envs(episodes: int, num_runners: int, most: int = 128) -> int:
-    """Vector-env width for evaluation: one episode per env, up to ``most`` envs per runner.
+def evaluation_envs(episodes: int, num_runners: int, most: int = 64) -> int:
+    """Vector-env width for evaluation: one episode per env where possible.
 
-    RLlib's evaluation keeps the first N episodes to finish. With more envs than episodes
-    (16 envs, 10 episodes) that is the N shortest; with fewer (50 envs, 100 episodes) an env whose
-    first episode ended early starts another that can end before a slow env's second: either way
-    the short episodes are over-counted (on FrozenLake, where long episodes are failures, by about
-    0.1 of success rate). One episode per env keeps every env's first episode, each counted once.
-    Beyond ``most`` per runner, envs that divide the episodes evenly keep the bias small.
+    RLlib's evaluation keeps the first N episodes to finish; with more envs than episodes
+    (16 envs, 10 episodes) that is the N shortest, a return biased low. Envs that divide
+    the episodes of each runner evenly keep every env's first episode instead.
     """
     per_runner = -(-episodes // max(1, num_runners))
     return max(n for n in range(1, min(per_runner, most) + 1) if per_runner % n == 0)
