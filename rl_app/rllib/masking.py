@@ -4,7 +4,8 @@ convention: 1 for an action allowed now, 0 for one that is not) beside the rest 
 RLlib's ``FlattenObservations`` connector flattens such an observation like any Dict (keys in
 sorted order, so ``action_mask`` first); these modules split the flat row again: the first n
 values are the mask, the model reads the rest. PPO's family pushes every masked action's logit to
-the lowest float before any distribution is made of them, DQN sets its Q-value to -inf. So
+the lowest float before any distribution is made of them (through the adapter's ForwardHooks, as
+RLlib runs those passes by private names), DQN sets its Q-value to -inf. So
 training samples, evaluation, the exported file and a server's answers never pick a masked action.
 The value function reads the observation without the mask.
 """
@@ -22,6 +23,8 @@ from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQ
 from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 from ray.rllib.core.columns import Columns
 from ray.rllib.utils.torch_utils import FLOAT_MIN
+
+from rl_app.rllib.accel.adapter import ForwardHooks
 
 
 class MaskSplit:
@@ -50,23 +53,18 @@ class MaskSplit:
         return obs[..., :n], {**batch, Columns.OBS: obs[..., n:]}
 
 
-class MaskedActions(MaskSplit):
-    """PPO's family: masked actions' logits pushed to the lowest float."""
+class MaskedActions(ForwardHooks, MaskSplit):
+    """PPO's family: masked actions' logits pushed to the lowest float, in every forward pass."""
 
-    @staticmethod
-    def _masked(out: dict[str, Any], mask: torch.Tensor) -> dict[str, Any]:
-        out[Columns.ACTION_DIST_INPUTS] = out[Columns.ACTION_DIST_INPUTS] + torch.clamp(
+    def before_forward(self, batch: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
+        mask, rest = self._split(batch)
+        return rest, mask
+
+    def after_forward(self, outputs: dict[str, Any], mask: torch.Tensor) -> dict[str, Any]:
+        outputs[Columns.ACTION_DIST_INPUTS] = outputs[Columns.ACTION_DIST_INPUTS] + torch.clamp(
             torch.log(mask), min=FLOAT_MIN
         )
-        return out
-
-    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        mask, rest = self._split(batch)
-        return self._masked(super()._forward(rest, **kwargs), mask)  # type: ignore[misc]
-
-    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        mask, rest = self._split(batch)
-        return self._masked(super()._forward_train(rest, **kwargs), mask)  # type: ignore[misc]
+        return outputs
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> Any:
         if embeddings is None:

@@ -68,6 +68,11 @@ PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
     ("ray.rllib.core.models.torch.encoder", "TorchMLPEncoder"): {
         "_forward": ("self", "inputs", "kwargs"),
     },
+    # ForwardHooks (action masking) overrides the forward passes RLlib's PPO-family modules run.
+    ("ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module", "DefaultPPOTorchRLModule"): {
+        "_forward": ("self", "batch", "kwargs"),
+        "_forward_train": ("self", "batch", "kwargs"),
+    },
 }  # fmt: skip
 
 # (module, class): private attributes its instances carry, as the class's source assigns them.
@@ -337,6 +342,27 @@ def forward_inference(module: Any, batch: dict[str, Any]) -> dict[str, Any]:
 def forward_train(module: Any, batch: dict[str, Any]) -> dict[str, Any]:
     """What ``module.forward_train`` computes, without its switch to train mode."""
     return module._forward_train(batch)
+
+
+class ForwardHooks:
+    """Mixin for an RLlib module: ``before_forward(batch) -> (batch, context)`` and
+    ``after_forward(outputs, context) -> outputs`` around every forward pass RLlib runs (inference,
+    exploration and training, which RLlib's module-to-env path and learners call by their private
+    names, rl_app's learner included)."""
+
+    def before_forward(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        return batch, None
+
+    def after_forward(self, outputs: dict[str, Any], context: Any) -> dict[str, Any]:
+        return outputs
+
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        inner, context = self.before_forward(batch)
+        return self.after_forward(super()._forward(inner, **kwargs), context)  # type: ignore[misc]
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        inner, context = self.before_forward(batch)
+        return self.after_forward(super()._forward_train(inner, **kwargs), context)  # type: ignore[misc]
 
 
 def episode_start_time(episode: Any) -> float | None:
