@@ -171,6 +171,16 @@ def flatten(description: dict[str, Any], obs: Any) -> np.ndarray:
     return values.astype(np.float32).ravel()
 
 
+def box_bounds(description: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """A Box description's low and high as float64 arrays of its shape (None: unbounded)."""
+    shape = tuple(int(n) for n in description["shape"])
+    low, high = (
+        np.array([bound if v is None else v for v in description[key]], dtype=np.float64).reshape(shape)
+        for key, bound in (("low", -np.inf), ("high", np.inf))
+    )
+    return low, high
+
+
 def space_from_description(description: dict[str, Any]) -> Any:
     """The gymnasium space a :func:`describe` output describes."""
     import gymnasium as gym
@@ -184,15 +194,9 @@ def space_from_description(description: dict[str, Any]) -> Any:
         shape = description["shape"]
         return gym.spaces.MultiBinary(shape[0] if len(shape) == 1 else shape)
     if kind == "Box":
-        shape = tuple(description["shape"])
         dtype = np.dtype(description["dtype"])
-        low, high = (
-            np.array([bound if v is None else v for v in description[key]], dtype=np.float64)
-            .reshape(shape)
-            .astype(dtype)
-            for key, bound in (("low", -np.inf), ("high", np.inf))
-        )
-        return gym.spaces.Box(low, high, shape, dtype=dtype)
+        low, high = box_bounds(description)
+        return gym.spaces.Box(low.astype(dtype), high.astype(dtype), low.shape, dtype=dtype)
     if kind == "Dict":
         return gym.spaces.Dict(
             {key: space_from_description(part) for key, part in description["spaces"].items()}

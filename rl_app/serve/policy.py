@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_app.envs.spaces import flat_size, flatten, nesting_depth, value_count
+from rl_app.envs.spaces import box_bounds, flat_size, flatten, nesting_depth, value_count
 from rl_app.errors import UserError, error_detail
 from rl_app.policy import EXPORT_FORMAT_VERSION
 
@@ -58,12 +58,8 @@ class ObservationSpec:
         if kind != "Box":
             served = "Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple"
             raise ValueError(f"observation space {kind!r} is not served ({served})")
-        shape = tuple(int(n) for n in space["shape"])
-        bounds = [
-            np.array([unbounded if v is None else v for v in space[key]], dtype=np.float64).reshape(shape)
-            for key, unbounded in (("low", -np.inf), ("high", np.inf))
-        ]
-        return cls(shape, np.dtype(space["dtype"]), low=bounds[0], high=bounds[1])
+        low, high = box_bounds(space)
+        return cls(low.shape, np.dtype(space["dtype"]), low=low, high=high)
 
     @property
     def nesting(self) -> int:
