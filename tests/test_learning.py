@@ -3,8 +3,9 @@
 Each test trains the experiment exactly as shipped (its own budget), with deterministic
 evaluation every few iterations, and asserts the evaluation return against the target.
 impala_cartpole needs about 2 minutes (its V-trace run varies from seed to seed and machine load
-to machine load), more than the suite's budget allows: its proof is ``make bench-learning``
-(bench/learning.py), with the same check, as is that of the MinAtar and MuJoCo experiments.
+to machine load) and appo_cartpole up to a minute, more than the suite's budget allows: their proof
+is ``make bench-learning`` (bench/learning.py), with the same check, as is that of the MinAtar and
+MuJoCo experiments.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.usefixtures("ray_se
 
 
 @pytest.mark.parametrize(
-    "name", ["ppo_cartpole", "dqn_cartpole", "ppo_catch", "sac_pendulum", "appo_cartpole"]
+    "name", ["ppo_cartpole", "dqn_cartpole", "ppo_catch", "sac_pendulum"]
 )
 def test_shipped_experiment_reaches_its_return(
     name: str, shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
