@@ -345,6 +345,90 @@ class OfflineSection(Section):
     )
 
 
+class SelfPlaySection(Section):
+    """One policy learns against a frozen copy of itself: in each episode one agent (the next in
+    turn) plays ``learner`` and the others ``opponent``, whose weights become the learner's whenever
+    the learner's mean return over an iteration's episodes reaches ``refresh_return``."""
+
+    learner: str = Field(min_length=1)
+    opponent: str = Field(min_length=1)
+    refresh_return: float = Field(
+        0.5,
+        description="Learner's mean episode return that refreshes the opponent (±1 games: wins - losses).",
+    )
+
+
+class MultiAgentSection(Section):
+    """Several agents (a PettingZoo env or an RLlib MultiAgentEnv): which policies act for whom."""
+
+    policies: Literal["shared", "per_agent"] | list[str] = Field(
+        "shared",
+        description="'shared': one policy, 'shared', for every agent; 'per_agent': one per agent id, "
+        "named as the agent; or a list of names, with mapping (or self_play) saying who uses which.",
+    )
+    mapping: dict[str, str] = Field(
+        default_factory=dict,
+        description="Agent id pattern (fnmatch: 'pursuer_*') -> policy; the first pattern that matches wins.",
+    )
+    train: list[str] | None = Field(
+        None, description="Policies that learn (default: all but a self-play opponent)."
+    )
+    self_play: SelfPlaySection | None = None
+
+    @model_validator(mode="after")
+    def _names_agree(self) -> MultiAgentSection:
+        if isinstance(self.policies, str):
+            if self.mapping or self.self_play:
+                key = "mapping" if self.mapping else "self_play"
+                raise ValueError(
+                    f"{key} needs named policies (policies: [a, b, ...]), not policies: {self.policies}"
+                )
+            return self
+        names = self.policies
+        if not names or len(set(names)) != len(names):
+            raise ValueError("policies: name each policy once")
+        known = f"(allowed: {', '.join(names)})"
+        for pattern, policy in self.mapping.items():
+            if policy not in names:
+                raise ValueError(f"mapping '{pattern}' names unknown policy '{policy}' {known}")
+        for policy in self.train or ():
+            if policy not in names:
+                raise ValueError(f"train names unknown policy '{policy}' {known}")
+        play = self.self_play
+        if play is not None:
+            for role in ("learner", "opponent"):
+                if getattr(play, role) not in names:
+                    raise ValueError(f"self_play.{role} names unknown policy '{getattr(play, role)}' {known}")
+            if play.learner == play.opponent:
+                raise ValueError("self_play: the learner and its opponent are two policies")
+            if self.mapping:
+                raise ValueError(
+                    "mapping: self_play maps the agents itself (one learner per episode, in turn)"
+                )
+            if play.opponent in (self.train or ()):
+                raise ValueError(
+                    f"train: self_play's opponent '{play.opponent}' is frozen; it does not learn"
+                )
+        elif not self.mapping:
+            raise ValueError("mapping: say which agents each of the named policies acts for")
+        return self
+
+    def policy_names(self, agents: list[str]) -> list[str]:
+        """The policies, given the env's agent ids (``per_agent`` names one per agent)."""
+        if self.policies == "shared":
+            return ["shared"]
+        if self.policies == "per_agent":
+            return list(agents)
+        return list(self.policies)
+
+    def trained(self, agents: list[str]) -> list[str]:
+        """The policies that learn."""
+        if self.train is not None:
+            return list(self.train)
+        frozen = self.self_play.opponent if self.self_play else None
+        return [name for name in self.policy_names(agents) if name != frozen]
+
+
 class StopSection(Section):
     """Training stops at the first criterion met."""
 
@@ -518,6 +602,9 @@ class Experiment(Section, Generic[T]):
     )
     tracking: TrackingSection = Field(default_factory=TrackingSection)  # type: ignore[arg-type]
     offline: OfflineSection | None = Field(None, description="Learn from recorded data (offline algorithms).")
+    multi_agent: MultiAgentSection | None = Field(
+        None, description="Several agents: the policies and which agent each acts for."
+    )
     storage: str | None = Field(
         None, description="Mirror run folders to this local path or URI (s3://, gs://, ...)."
     )

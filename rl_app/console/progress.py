@@ -74,9 +74,17 @@ class ProgressPrinter:
         self.console.print(
             f"{metrics.iteration:5d} {metrics.timesteps:11,d}   {returned}"
             f"   {_fmt_return(metrics.eval_return_mean)} {metrics.steps_per_s:9,.0f}"
-            f"   {_fmt_duration(metrics.elapsed_s):>7}  {_fmt_duration(self.eta_s(metrics)):>7}",
+            f"   {_fmt_duration(metrics.elapsed_s):>7}  {_fmt_duration(self.eta_s(metrics)):>7}"
+            f"{_policy_cells(metrics)}",
             highlight=False,
         )
+
+
+def _policy_cells(metrics: IterationMetrics) -> str:
+    """Several policies: each one's training return (one policy's is the return column's)."""
+    if len(metrics.policy_returns) < 2:
+        return ""
+    return "   " + "  ".join(f"{policy} {value:.2f}" for policy, value in metrics.policy_returns.items())
 
 
 def sweep_console() -> Console:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rl_app.config.schema import EnvSection
-from rl_app.envs.spaces import MASK_KEY, describe, is_masked, mask_problem, unsupported_part
+from rl_app.envs.spaces import MASK_KEY, flattened_description, is_masked, mask_problem, unsupported_part
 from rl_app.envs.wrappers import TRAINING_ONLY, import_class, wrapper_class
 from rl_app.errors import error_detail
 
@@ -60,15 +60,17 @@ def check_env_id(env_id: str) -> None:
         return
     import gymnasium
 
+    from rl_app.envs.multi_agent import pettingzoo_module
+
     _register_namespace(env_id)
 
     known = list(gymnasium.envs.registry)
-    if env_id not in known:
+    if env_id not in known and pettingzoo_module(env_id) is None:
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ValueError(
             f"unknown env id '{env_id}'; {hint or 'see gymnasium.envs.registry'}"
-            " (or use 'package.module:Class')"
+            " (or use 'package.module:Class', or a PettingZoo env's module: 'mpe2.simple_spread_v3')"
         )
 
 
@@ -127,7 +129,11 @@ def make_native_vector_env(env: EnvSection, num_envs: int, config: Mapping[str, 
 
 
 def _create(env_data: dict[str, Any], evaluation: bool, env_config: Mapping[str, Any]) -> Any:
+    from rl_app.envs.multi_agent import is_multi_agent_env, make_multi_agent_env
+
     env, config = EnvSection.model_validate(env_data), dict(env_config)
+    if is_multi_agent_env(env.id):
+        return make_multi_agent_env(env, config=config)
     num_envs = config.pop("num_envs", None)  # RLlib asks for a whole vector env (vector_entry_point mode)
     if num_envs is not None:
         return make_native_vector_env(env, num_envs, config)
@@ -234,7 +240,4 @@ def action_space(env: EnvSection) -> Any:
 def flattened_observation_space(env: EnvSection) -> dict[str, Any] | None:
     """The description (rl_app.envs.spaces.describe) of ``env``'s observation space where RLlib
     flattens it for the model; None for a Box, which the model takes as it is."""
-    import gymnasium
-
-    space = observation_space(env)
-    return None if isinstance(space, gymnasium.spaces.Box) else describe(space)
+    return flattened_description(observation_space(env))

@@ -49,6 +49,14 @@ def describe(space: Any) -> dict[str, Any]:
     return {"type": type(space).__name__, "repr": repr(space)}
 
 
+def flattened_description(space: Any) -> dict[str, Any] | None:
+    """:func:`describe` of an observation space RLlib flattens for the model; None for a Box, which
+    the model takes as it is."""
+    import gymnasium as gym
+
+    return None if isinstance(space, gym.spaces.Box) else describe(space)
+
+
 def unsupported_part(space: Any, where: str = "") -> str | None:
     """Why rl_app cannot train on observations of ``space`` (naming the part of a Dict or Tuple,
     e.g. ``['map']``), or None when it can."""

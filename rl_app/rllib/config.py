@@ -16,6 +16,7 @@ from rl_app.errors import ConfigError, first_line
 if TYPE_CHECKING:
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
+    from rl_app.envs.multi_agent import MultiAgentSetup
     from rl_app.rllib.accel import AccelerationPlan
 
 RLLIB_ALGORITHMS = "ray.rllib.algorithms"
@@ -65,27 +66,50 @@ def registered_env(env: EnvSection, evaluation: bool = False) -> str:
 
 
 def env_to_module_pieces(
-    env: Any = None, spaces: Any = None, device: Any = None, *, flatten: bool = False, mean_std: bool = False
+    env: Any = None,
+    spaces: Any = None,
+    device: Any = None,
+    *,
+    flatten: bool = False,
+    mean_std: bool = False,
+    flattened_agents: list[str] | None = None,
 ) -> list[Any]:
     """RLlib's env-to-module connectors the experiment adds to RLlib's defaults, in this order:
     ``FlattenObservations`` for observations that are not a Box (see rl_app.envs.spaces), then
     ``MeanStdFilter``, observations normalised by running statistics that RLlib merges over the env
-    runners every iteration and keeps in the checkpoint."""
+    runners every iteration and keeps in the checkpoint. ``flattened_agents``: several agents, these
+    with observations to flatten."""
     from ray.rllib.connectors.env_to_module import FlattenObservations, MeanStdFilter
 
-    return [FlattenObservations()] * flatten + [MeanStdFilter(multi_agent=False)] * mean_std
+    multi_agent = flattened_agents is not None
+    flattening = (
+        [FlattenObservations(multi_agent=True, agent_ids=flattened_agents)]
+        if flattened_agents
+        else [FlattenObservations()] * (flatten and not multi_agent)
+    )
+    return flattening + [MeanStdFilter(multi_agent=multi_agent)] * mean_std
 
 
-def env_to_module_connector(experiment: ExperimentConfig) -> Any:
-    """The ``env_to_module_connector`` of the experiment's config (None: RLlib's defaults alone)."""
+def env_to_module_connector(experiment: ExperimentConfig, agents: MultiAgentSetup | None = None) -> Any:
+    """The ``env_to_module_connector`` of the experiment's config (None: RLlib's defaults alone);
+    ``agents``: the multi-agent setup of a multi-agent experiment."""
     import functools
 
     import gymnasium as gym
 
     from rl_app.envs import observation_space
 
-    flatten = not isinstance(observation_space(experiment.env), gym.spaces.Box)
     mean_std = experiment.env_runners.observation_filter == "MeanStdFilter"
+    if agents is not None:
+        flattened = [
+            agent
+            for agent in agents.mapping.agents
+            if not isinstance(agents.spaces[agents.mapping.policy_of(agent)][0], gym.spaces.Box)
+        ]
+        if not (flattened or mean_std):
+            return None
+        return functools.partial(env_to_module_pieces, mean_std=mean_std, flattened_agents=flattened)
+    flatten = not isinstance(observation_space(experiment.env), gym.spaces.Box)
     if not (flatten or mean_std):
         return None
     return functools.partial(env_to_module_pieces, flatten=flatten, mean_std=mean_std)
@@ -97,11 +121,11 @@ RECURRENT_ALGORITHMS = ("PPO", "APPO", "IMPALA")
 OUR_MODEL_KEYS = {"ortho_init", "sac_critic"}  # model keys our catalogs read, not RLlib's DefaultModelConfig
 
 
-def _catalog_class(experiment: ExperimentConfig, source: str, sac: bool) -> Any:
+def _catalog_class(experiment: ExperimentConfig, source: str, sac: bool, spaces: tuple[Any, Any]) -> Any:
     """Our catalog where the experiment's model needs one (``model.ortho_init``, SAC's critic),
-    None where RLlib's default catalog builds it; ``sac``: the default module is RLlib's SAC's."""
+    None where RLlib's default catalog builds it; ``sac``: the default module is RLlib's SAC's;
+    ``spaces``: the module's (observation space, action space)."""
     from rl_app.algorithms import ALGORITHMS
-    from rl_app.envs import action_space, observation_space
     from rl_app.rllib.catalog import ConcatCriticSACCatalog, OrthoInitPPOCatalog, is_concat_critic_eligible
 
     model = experiment.model
@@ -122,7 +146,7 @@ def _catalog_class(experiment: ExperimentConfig, source: str, sac: bool) -> Any:
         raise ConfigError(source, f"applies to SAC, not {experiment.algorithm}", key="model.sac_critic")
     if not sac or model.sac_critic == "multi_stream":
         return None
-    eligible = is_concat_critic_eligible(observation_space(experiment.env), action_space(experiment.env))
+    eligible = is_concat_critic_eligible(*spaces)
     if model.sac_critic == "concat" and not eligible:
         raise ConfigError(
             source,
@@ -141,16 +165,21 @@ def _catalog_class(experiment: ExperimentConfig, source: str, sac: bool) -> Any:
 
 
 def _module_spec(
-    experiment: ExperimentConfig, config: AlgorithmConfig, source: str, acceleration: AccelerationPlan
+    experiment: ExperimentConfig,
+    config: AlgorithmConfig,
+    source: str,
+    acceleration: AccelerationPlan,
+    spaces: tuple[Any, Any] | None = None,
 ) -> Any:
     """RLlib's module spec where the experiment needs other than RLlib's default module: image
     observations (our module that takes them as the env makes them), our catalog, SAC's tanh-mode
-    module; None otherwise."""
+    module; None otherwise. ``spaces``: the module's (observation space, action space), where they
+    are not the env's (one policy of several agents)."""
     from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from rl_app.algorithms import ALGORITHMS
-    from rl_app.envs import observation_space
+    from rl_app.envs import action_space, observation_space
     from rl_app.envs.spaces import MASK_KEY, is_masked
     from rl_app.rllib.catalog import (
         ConcatCriticSACCatalog,
@@ -163,7 +192,8 @@ def _module_spec(
 
     default_spec: Any = config.get_default_rl_module_spec()
     module_class = default_spec.module_class
-    space = observation_space(experiment.env)
+    spaces = spaces or (observation_space(experiment.env), action_space(experiment.env))
+    space = spaces[0]
     if is_image_space(space):
         if not algorithm_spec(experiment.algorithm).image_inputs:
             *others, last = (name for name, spec in ALGORITHMS.items() if spec.image_inputs)
@@ -181,7 +211,7 @@ def _module_spec(
             raise ConfigError(source, f"an observation with '{MASK_KEY}' {message}", key="env")
         module_class = masked
     sac = module_class is DefaultSACTorchRLModule
-    catalog_class = _catalog_class(experiment, source, sac)
+    catalog_class = _catalog_class(experiment, source, sac, spaces)
     if sac:
         if catalog_class is not ConcatCriticSACCatalog:
             module_class = TanhModeSACTorchRLModule
@@ -192,6 +222,42 @@ def _module_spec(
     if module_class is default_spec.module_class and catalog_class is None:
         return None
     return RLModuleSpec(module_class=module_class, catalog_class=catalog_class)
+
+
+def multi_agent_setup_of(experiment: ExperimentConfig, source: str) -> MultiAgentSetup | None:
+    """The policies, their spaces and the mapping of a multi-agent experiment (None: one agent)."""
+    from rl_app.envs.multi_agent import MappingError, multi_agent_section, multi_agent_setup
+
+    section = multi_agent_section(experiment)
+    if section is None:
+        return None
+    if algorithm_spec(experiment.algorithm).offline:
+        raise ConfigError(
+            source, f"{experiment.algorithm} learns from one agent's recordings here", key="multi_agent"
+        )
+    try:
+        return multi_agent_setup(experiment.env, section)
+    except MappingError as exc:
+        raise ConfigError(source, str(exc), key="multi_agent") from None
+
+
+def _multi_module_spec(
+    experiment: ExperimentConfig,
+    config: AlgorithmConfig,
+    source: str,
+    acceleration: AccelerationPlan,
+    agents: MultiAgentSetup,
+) -> Any:
+    """One module spec per policy, each as :func:`_module_spec` gives it for the policy's spaces
+    (RLlib infers the spaces themselves from the env and connectors, through the mapping)."""
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    specs = {}
+    for policy, spaces in agents.spaces.items():
+        spec = _module_spec(experiment, config, source, acceleration, spaces)
+        specs[policy] = spec if spec is not None else RLModuleSpec()
+    return MultiRLModuleSpec(rl_module_specs=specs)
 
 
 def vectorizes_natively(experiment: ExperimentConfig) -> bool:
@@ -252,15 +318,19 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     spec = algorithm_spec(experiment.algorithm)
     acceleration = plan_acceleration(experiment, plan)
     runners = experiment.env_runners
+    agents = multi_agent_setup_of(experiment, source)
     config = (
         _config_class(spec)()
         .framework("torch")
         .environment(env=registered_env(experiment.env), env_config=dict(experiment.env.config))
         .env_runners(
             env_runner_cls=env_runner_class(
-                runners.restart_failed_envs, runners.max_env_failures, acceleration.uses("runner")
+                runners.restart_failed_envs,
+                runners.max_env_failures,
+                acceleration.uses("runner"),
+                multi_agent=agents is not None,
             ),
-            env_to_module_connector=env_to_module_connector(experiment),
+            env_to_module_connector=env_to_module_connector(experiment, agents),
             num_env_runners=plan.num_env_runners,
             num_envs_per_env_runner=plan.num_envs_per_env_runner,
             rollout_fragment_length=runners.rollout_fragment_length,
@@ -319,9 +389,17 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
             iter_batches_kwargs={"prefetch_batches": 1},
         )
     apply_plan(acceleration, experiment.algorithm, config)
-    module_spec = _module_spec(experiment, config, source, acceleration)
-    if module_spec is not None:
-        config.rl_module(rl_module_spec=module_spec)
+    if agents is not None:
+        config.multi_agent(
+            policies=set(agents.spaces),
+            policy_mapping_fn=agents.mapping,
+            policies_to_train=list(agents.trained),
+        )
+        config.rl_module(rl_module_spec=_multi_module_spec(experiment, config, source, acceleration, agents))
+    else:
+        module_spec = _module_spec(experiment, config, source, acceleration)
+        if module_spec is not None:
+            config.rl_module(rl_module_spec=module_spec)
     evaluation = experiment.evaluation
     if evaluation.interval:
         evaluation_env = (

@@ -1,4 +1,5 @@
-"""Our env runner: RLlib's ``SingleAgentEnvRunner`` plus the reset seeding RLlib has no switch for.
+"""Our env runners: RLlib's ``SingleAgentEnvRunner`` and ``MultiAgentEnvRunner`` plus the reset
+seeding RLlib has no switch for (and, single-agent, the handling of failing envs).
 
 Registered through ``config.env_runners(env_runner_cls=...)`` for training and evaluation.
 """
@@ -12,7 +13,7 @@ from ray.rllib.env.env_runner import ENV_STEP_FAILURE
 from ray.rllib.utils.debug import update_global_seed_if_necessary
 
 from rl_app.errors import EnvFailedError, error_detail
-from rl_app.rllib.accel.adapter import EnvRunnerInternals
+from rl_app.rllib.accel.adapter import EnvRunnerInternals, MultiAgentRunnerInternals
 
 
 class _HandledEnvFailure(logging.Filter):
@@ -43,8 +44,8 @@ class _HandledRunnerCrash(logging.Filter):
 logging.getLogger("ray.rllib.utils.actor_manager").addFilter(_HandledRunnerCrash())
 
 
-class RLAppEnvRunner(EnvRunnerInternals):
-    """RLlib's runner, re-seedable at run time and drawing new evaluation starts each time.
+class SeedControl:
+    """An RLlib runner, re-seedable at run time and drawing new evaluation starts each time.
 
     Workarounds for RLlib 2.60, which keeps the seed privately (``seed_of_next_reset``) and reads
     it at every reset that follows a ``sample(num_episodes=...)``:
@@ -56,6 +57,11 @@ class RLAppEnvRunner(EnvRunnerInternals):
       trial re-seeds its runners so the part after the checkpoint does not replay the
       episodes of the first part.
     """
+
+    worker_index: int | None
+    config: Any
+    seed_of_next_reset: int | None
+    needs_initial_reset: bool
 
     def reseed(self, seed: int | None) -> None:
         """Seed as RLlib's constructor does for ``config.seed = seed``; the next ``sample()`` resets
@@ -72,10 +78,19 @@ class RLAppEnvRunner(EnvRunnerInternals):
         return self.seed_of_next_reset
 
     def sample(self, **kwargs: Any) -> Any:
-        episodes = super().sample(**kwargs)
+        episodes = super().sample(**kwargs)  # type: ignore[misc]
         if self.config.in_evaluation:
             self.seed_of_next_reset = None
         return episodes
+
+
+class RLAppMultiAgentEnvRunner(SeedControl, MultiAgentRunnerInternals):
+    """RLlib's multi-agent runner, seeded as :class:`RLAppEnvRunner` is. A failing env is RLlib's
+    to handle: the runner fails and is restarted (``env_runners.max_restarts``)."""
+
+
+class RLAppEnvRunner(SeedControl, EnvRunnerInternals):
+    """RLlib's single-agent runner, seeded as :class:`SeedControl` says, recreating failing envs."""
 
     # A failing env. RLlib 2.60's own restart (``restart_failed_sub_environments``) retries a
     # failing reset forever and drops the env's error; ours recreates the env the same way but
@@ -112,10 +127,13 @@ class RLAppEnvRunner(EnvRunnerInternals):
 
 
 def env_runner_class(
-    restart_failed_envs: bool, max_env_failures: int, fast: bool = False
-) -> type[RLAppEnvRunner]:
+    restart_failed_envs: bool, max_env_failures: int, fast: bool = False, multi_agent: bool = False
+) -> type[Any]:
     """:class:`RLAppEnvRunner` (or, with ``fast``, the batched runner built on it) with the
-    experiment's env-failure limits (RLlib builds the runners from the class alone)."""
+    experiment's env-failure limits (RLlib builds the runners from the class alone);
+    :class:`RLAppMultiAgentEnvRunner` for several agents."""
+    if multi_agent:
+        return RLAppMultiAgentEnvRunner
     base: type[RLAppEnvRunner] = RLAppEnvRunner
     if fast:
         from rl_app.rllib.accel.runner import BatchedEnvRunner

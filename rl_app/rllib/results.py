@@ -10,6 +10,7 @@ from ray.rllib.utils.metrics import (
     ALL_MODULES,
     ENV_RUNNER_RESULTS,
     EPISODE_LEN_MEAN,
+    EPISODE_MODULE_RETURN_MEAN,
     EPISODE_RETURN_MAX,
     EPISODE_RETURN_MEAN,
     EPISODE_RETURN_MIN,
@@ -37,6 +38,12 @@ def evaluation_return(result: dict[str, Any]) -> float:
     return number_or_nan(evaluation.get(EPISODE_RETURN_MEAN))
 
 
+def policy_returns(result: dict[str, Any]) -> dict[str, float]:
+    """Each policy's mean episode return in an env runners' result (several agents; else empty)."""
+    found = result.get(ENV_RUNNER_RESULTS, {}).get(EPISODE_MODULE_RETURN_MEAN) or {}
+    return {str(policy): number_or_nan(value) for policy, value in sorted(found.items())}
+
+
 def metrics_from_result(
     result: dict[str, Any], previous_timesteps: int, elapsed_s: float, evaluation_interval: int = 0
 ) -> IterationMetrics:
@@ -53,6 +60,7 @@ def metrics_from_result(
         or 0
     )
     iteration_s = float(result.get(TIME_THIS_ITER_S) or 0.0)
+    evaluated = evaluated_this_iteration(iteration, evaluation_interval)
     return IterationMetrics(
         iteration=iteration,
         timesteps=timesteps,
@@ -61,11 +69,11 @@ def metrics_from_result(
         return_min=number_or_nan(runners.get(EPISODE_RETURN_MIN)),
         return_max=number_or_nan(runners.get(EPISODE_RETURN_MAX)),
         episode_len_mean=number_or_nan(runners.get(EPISODE_LEN_MEAN)),
-        eval_return_mean=evaluation_return(result)
-        if evaluated_this_iteration(iteration, evaluation_interval)
-        else math.nan,
+        eval_return_mean=evaluation_return(result) if evaluated else math.nan,
         steps_per_s=(timesteps - previous_timesteps) / iteration_s if iteration_s > 0 else 0.0,
         iteration_s=iteration_s,
         elapsed_s=elapsed_s,
         env_failures=float(runners.get(NUM_ENV_STEP_FAILURES_LIFETIME) or 0),
+        policy_returns=policy_returns(result),
+        eval_policy_returns=policy_returns(result.get(EVALUATION_RESULTS, {})) if evaluated else {},
     )

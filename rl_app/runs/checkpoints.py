@@ -59,6 +59,9 @@ class CheckpointInfo:
     # The env's observation space (rl_app.envs.spaces.describe) where the module's Box is its
     # flattening; None for a Box, and in older markers.
     observation_space: dict[str, Any] | None = None
+    # Several agents: each policy's observation space, described as ``observation_space`` is
+    # (None where it is a Box); None for one agent.
+    policies: dict[str, dict[str, Any] | None] | None = None
 
     @property
     def score(self) -> float:

@@ -36,9 +36,28 @@ class IterationMetrics:
     env_failures: float = math.nan  # env step()/reset() failures so far (envs recreated, episodes dropped)
     runner_restarts: float = math.nan  # crashed remote env runners recreated so far
     runners_alive: float = math.nan  # remote env runners sampling now (none: sampling on the driver)
+    # Several agents: each policy's mean episode return (the sum over the agents it acts for).
+    policy_returns: dict[str, float] = field(default_factory=dict)
+    eval_policy_returns: dict[str, float] = field(default_factory=dict)
+
+    def values(self) -> dict[str, float]:
+        """Every number by its progress.csv column, each policy's returns as ``return_mean/<policy>``
+        and ``eval_return_mean/<policy>``."""
+        found = {k: v for k, v in asdict(self).items() if k not in PER_POLICY}
+        for policy, value in self.policy_returns.items():
+            found[f"return_mean/{policy}"] = value
+        for policy, value in self.eval_policy_returns.items():
+            found[f"eval_return_mean/{policy}"] = value
+        return found
 
 
-CSV_FIELDS = list(IterationMetrics.__dataclass_fields__)
+PER_POLICY = ("policy_returns", "eval_policy_returns")
+CSV_FIELDS = [name for name in IterationMetrics.__dataclass_fields__ if name not in PER_POLICY]
+
+
+def policy_columns(policies: list[str]) -> list[str]:
+    """The progress.csv columns of the policies of several agents, after :data:`CSV_FIELDS`."""
+    return [f"return_mean/{p}" for p in policies] + [f"eval_return_mean/{p}" for p in policies]
 
 
 def number_or_nan(value: Any) -> float:
@@ -96,13 +115,16 @@ def start_point_from_progress(progress_csv: Path, up_to_iteration: int) -> Start
 class ProgressWriter:
     """Writes ``progress.csv`` anew: the kept rows of a resumed run first, then one row per iteration."""
 
-    def __init__(self, handle: TextIO, kept_rows: list[dict[str, str]]) -> None:
+    def __init__(
+        self, handle: TextIO, kept_rows: list[dict[str, str]], policies: list[str] | None = None
+    ) -> None:
         self.handle = handle
-        self.writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, restval="")
+        self.fields = CSV_FIELDS + policy_columns(policies or [])
+        self.writer = csv.DictWriter(handle, fieldnames=self.fields, restval="", extrasaction="ignore")
         self.writer.writeheader()
-        self.writer.writerows({k: row.get(k, "") for k in CSV_FIELDS} for row in kept_rows)
+        self.writer.writerows({k: row.get(k, "") for k in self.fields} for row in kept_rows)
         handle.flush()
 
     def write(self, metrics: IterationMetrics) -> None:
-        self.writer.writerow(asdict(metrics))
+        self.writer.writerow(metrics.values())
         self.handle.flush()

@@ -18,6 +18,8 @@ from typing import Any
 from rl_app.config import ExperimentConfig
 from rl_app.config.schema import StopSection
 from rl_app.envs import flattened_observation_space
+from rl_app.envs.multi_agent import multi_agent_section, multi_agent_setup
+from rl_app.envs.spaces import flattened_description
 from rl_app.runs.checkpoints import CheckpointInfo, installed_versions, read_info, write_marker
 from rl_app.runs.progress import IterationMetrics
 from rl_app.training.backends import Backend
@@ -67,6 +69,7 @@ class TrainingLoop:
         self.latest_eval_return = math.nan  # the most recent evaluation, whichever iteration ran it
         self._elapsed_before = 0.0
         self._started = time.monotonic()
+        self._observation_spaces: dict[str, Any] | None = None
 
     @property
     def algo(self) -> Any:
@@ -114,13 +117,32 @@ class TrainingLoop:
             experiment=self.name,
             replay_buffer=self.experiment.checkpoint.replay_buffer,
             versions=installed_versions(),
-            observation_space=flattened_observation_space(self.experiment.env),
+            **self._spaces(),
         )
         self.backend.save(folder, replay_buffer=info.replay_buffer)
         with (folder / LOOP_STATE).open("wb") as handle:
             pickle.dump(self._state(), handle)
         write_marker(folder, info)
         return info
+
+    @property
+    def policies(self) -> list[str]:
+        """The policies of a multi-agent experiment, sorted (empty for one agent)."""
+        return sorted(self._spaces().get("policies") or {})
+
+    def _spaces(self) -> dict[str, Any]:
+        """The marker's description of the observations: the env's, or each policy's."""
+        if self._observation_spaces is None:
+            section = multi_agent_section(self.experiment)
+            if section is None:
+                self._observation_spaces = {
+                    "observation_space": flattened_observation_space(self.experiment.env)
+                }
+            else:
+                spaces = multi_agent_setup(self.experiment.env, section).spaces
+                described = {policy: flattened_description(obs) for policy, (obs, _) in spaces.items()}
+                self._observation_spaces = {"policies": described}
+        return self._observation_spaces
 
     def load(self, checkpoint: Path) -> CheckpointInfo:
         """Continue from ``checkpoint``: the algorithm and its replay buffer, fresh env-runner

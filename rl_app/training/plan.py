@@ -61,9 +61,24 @@ def check_experiment_env(experiment: ExperimentConfig, source: str) -> None:
     """Make the experiment's env once (reset, one step): a broken env is one line here, before Ray
     starts or anything is written, not a traceback from a remote env runner."""
     from rl_app.envs import check_env
+    from rl_app.envs.multi_agent import (
+        MappingError,
+        check_multi_agent_env,
+        is_multi_agent_env,
+        multi_agent_section,
+    )
 
+    section = multi_agent_section(experiment)
+    if section is not None and not is_multi_agent_env(experiment.env.id):
+        message = f"needs several agents; '{experiment.env.id}' is a single-agent env"
+        raise ConfigError(source, message, key="multi_agent")
     try:
-        check_env(experiment.env)
+        if section is not None:
+            check_multi_agent_env(experiment.env, section)
+        else:
+            check_env(experiment.env)
+    except MappingError as exc:
+        raise ConfigError(source, f"does not fit '{experiment.env.id}': {exc}", key="multi_agent") from None
     except ValueError as exc:
         raise ConfigError(source, f"'{experiment.env.id}' {exc}", key="env") from None
     if experiment.offline is not None:

@@ -145,7 +145,7 @@ class TrainingRun:
         faults = (0.0, 0.0)
         saved = start.iteration  # the iteration of the newest complete checkpoint this process wrote
         with (self.run_dir / "progress.csv").open("w", newline="") as handle, _interrupts_raise():
-            progress = ProgressWriter(handle, start.rows)
+            progress = ProgressWriter(handle, start.rows, self.loop.policies)
             self.printer.header()
             try:
                 while True:
@@ -154,7 +154,7 @@ class TrainingRun:
                     for key, value in monitor.sample().items():
                         setattr(metrics, key, value)
                     progress.write(metrics)
-                    values = asdict(metrics)
+                    values = metrics.values()
                     tensorboard.log(metrics.timesteps, values, step.result)
                     if self.tracking is not None:
                         self.tracking.iteration(metrics.timesteps, values, step.result)

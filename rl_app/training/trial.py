@@ -9,7 +9,6 @@ checkpoints are ones ``rl_app evaluate``/``export``/``train --init-from`` take.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +91,7 @@ class ExperimentTrial(tune.Trainable):
 
     def step(self) -> dict[str, Any]:
         step = self.loop.step()
-        result = asdict(step.metrics)
+        result = step.metrics.values()
         del result["iteration"]  # Tune counts training_iteration itself
         result["evaluated"] = not math.isnan(step.metrics.eval_return_mean)
         if step.stop_reason is not None and self.evaluate_at_end and math.isnan(self.loop.latest_eval_return):

@@ -143,6 +143,10 @@ def plan_acceleration(experiment: Any, resources: Any = None) -> AccelerationPla
         return AccelerationPlan(on=(), everything_off=everything_off)
     if experiment.model.use_lstm:  # sequences, state and padding: RLlib's runner and learner
         return AccelerationPlan(on=(), off={p: "model.use_lstm" for p in PARTS if p in capable})
+    from rl_app.envs.multi_agent import multi_agent_section
+
+    if multi_agent_section(experiment) is not None:  # ours take one module, one agent's episodes
+        return AccelerationPlan(on=(), off={p: "several agents" for p in PARTS if p in capable})
     replay = _replay_refusal(experiment) if "replay_buffer" in capable else None
     refusals = {
         "runner": _runner_refusal(experiment),

@@ -22,6 +22,7 @@ from ray.rllib.algorithms.sac.sac_catalog import SACCatalog
 from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.models.torch.encoder import TorchMLPEncoder
+from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
@@ -83,6 +84,7 @@ PRIVATE_ATTRIBUTES: dict[tuple[str, str], tuple[str, ...]] = {
         "_done_episodes_for_metrics", "_ongoing_episodes_for_metrics",
     ),
     ("ray.rllib.env.env_runner", "EnvRunner"): ("_seed", "_metrics_num_env_steps_sampled"),
+    ("ray.rllib.env.multi_agent_env_runner", "MultiAgentEnvRunner"): ("_needs_initial_reset",),
     ("ray.rllib.core.learner.learner", "Learner"): (
         "_params", "_module_optimizers", "_device", "_weights_seq_no", "_optimizer_lr_schedules",
         "_named_optimizers", "_optimizer_parameters", "_metrics_learner_inner_update",
@@ -194,10 +196,39 @@ def adapter_problem() -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
+class ResetSeed:
+    """The seed an env runner resets its envs with at its next initial reset, which RLlib 2.60's
+    runners (single- and multi-agent alike) keep privately."""
+
+    _seed: int | None
+    _needs_initial_reset: bool
+
+    @property
+    def seed_of_next_reset(self) -> int | None:
+        """The seed RLlib resets the envs with after ``needs_initial_reset`` (None: their own RNGs)."""
+        return self._seed
+
+    @seed_of_next_reset.setter
+    def seed_of_next_reset(self, seed: int | None) -> None:
+        self._seed = seed
+
+    @property
+    def needs_initial_reset(self) -> bool:
+        return bool(self._needs_initial_reset)
+
+    @needs_initial_reset.setter
+    def needs_initial_reset(self, value: bool) -> None:
+        self._needs_initial_reset = value
+
+
+class MultiAgentRunnerInternals(ResetSeed, MultiAgentEnvRunner):
+    """RLlib's multi-agent runner with its reset seed under public names."""
+
+
 # Env runners: RLlib 2.60's SingleAgentEnvRunner, its episodes and lookback buffers.
 
 
-class EnvRunnerInternals(SingleAgentEnvRunner):
+class EnvRunnerInternals(ResetSeed, SingleAgentEnvRunner):
     """RLlib's runner with the private names rl_app's runners use under public ones. The hooks
     RLlib calls (``_sample``, ``_try_env_step``, ``_try_env_reset``) forward to
     :meth:`sample_steps`, :meth:`try_env_step` and :meth:`try_env_reset`, which subclasses override
@@ -250,23 +281,6 @@ class EnvRunnerInternals(SingleAgentEnvRunner):
 
     def try_env_reset(self, *, seed: Any = None, options: Any = None) -> Any:
         return super()._try_env_reset(seed=seed, options=options)
-
-    @property
-    def seed_of_next_reset(self) -> int | None:
-        """The seed RLlib resets the envs with after ``needs_initial_reset`` (None: their own RNGs)."""
-        return self._seed
-
-    @seed_of_next_reset.setter
-    def seed_of_next_reset(self, seed: int | None) -> None:
-        self._seed = seed
-
-    @property
-    def needs_initial_reset(self) -> bool:
-        return bool(self._needs_initial_reset)
-
-    @needs_initial_reset.setter
-    def needs_initial_reset(self, value: bool) -> None:
-        self._needs_initial_reset = value
 
     @property
     def ongoing_episodes(self) -> list[Any]:
