@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: bench-memory bench-offline offline-data record mlflow-ui test-cluster bench-solve bench-before-after bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
+.PHONY: bench-multi-agent bench-memory bench-offline offline-data record mlflow-ui test-cluster bench-solve bench-before-after bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -168,6 +168,9 @@ bench-before-after: setup ## training speed of REV=<git revision> against this t
 bench-parity: setup ## learning at equal env steps, rl_app vs SB3 on held-out seeds (CASES=..., long: see bench/README.md)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python bench/parity.py $(CASES) $(ARGS)
+
+bench-multi-agent: setup ## ppo_simple_spread and ppo_tictactoe_selfplay on held-out seeds, against random and a controller (~40 min)
+	$(BIN)/python bench/multi_agent.py $(ARGS)
 
 bench-memory: setup ## ppo_stateless_cartpole with its LSTM vs without, held-out seeds 100-104 (~25 min)
 	$(BIN)/python bench/memory.py $(ARGS)

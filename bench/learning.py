@@ -22,11 +22,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # Their full-budget targets (Pong: 10M steps) are a cluster's job; their proof on a CPU is the
 # pipeline test (tests/test_workloads.py), and the pixel learning proof is ppo_minatar_breakout.
 CLUSTER_BUDGETS = {"ppo_pong", "impala_pong"}
+# Judged on more than a return: their proof is bench/multi_agent.py (make bench-multi-agent).
+OTHER_PROOFS = {"ppo_simple_spread", "ppo_tictactoe_selfplay"}
 
 
 def main(names: list[str]) -> int:
     names = names or [
-        n for n in available_experiments() if not n.endswith("_sweep") and n not in CLUSTER_BUDGETS
+        n
+        for n in available_experiments()
+        if not n.endswith("_sweep") and n not in CLUSTER_BUDGETS | OTHER_PROOFS
     ]
     figures, missed = {}, []
     with tempfile.TemporaryDirectory() as runs_root:

@@ -169,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--explore", action="store_true", help="sample actions instead of greedy")
     evaluate.add_argument("--seed", type=int, default=1000, help="seed of the first episode")
+    evaluate.add_argument(
+        "--random-policy",
+        action="append",
+        default=[],
+        metavar="POLICY",
+        help="several agents: POLICY's agents act at random (repeatable): a learner against a random player",
+    )
     evaluate.add_argument("--verbose", action="store_true", help="show Ray's, RLlib's and torch's own logs")
     _add_version_mismatch(evaluate)
     _add_runs_dir(evaluate)
@@ -533,6 +540,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         runs_root=args.runs_dir,
         verbose=args.verbose,
         allow_version_mismatch=args.allow_version_mismatch,
+        random_policies=tuple(args.random_policy),
     )
     return 0
 

@@ -283,6 +283,54 @@ CASES = {
             "FrozenLake-v1's are Discrete(16)",
         ],
     ),
+    "multi-agent mapping naming an unknown policy": (
+        GOOD.replace("env: CartPole-v1", "env: multi_agent_envs:Meeting")
+        + "multi_agent: {policies: [a, b], mapping: {runner: a, 'sc*': nope}}\n",
+        ["show", "bad"],
+        ["bad.yaml: multi_agent", "mapping 'sc*' names unknown policy 'nope' (allowed: a, b)"],
+    ),
+    "multi-agent mapping that leaves an agent out": (
+        GOOD.replace("env: CartPole-v1", "env: multi_agent_envs:Meeting")
+        + "multi_agent: {policies: [a], mapping: {runner: a}}\n",
+        ["train", "bad"],
+        [
+            "bad.yaml: multi_agent: does not fit 'multi_agent_envs:Meeting':",
+            "agent 'scout' matches none of the mapping's patterns ('runner')",
+        ],
+    ),
+    "multi-agent policy shared by agents of different spaces": (
+        GOOD.replace("env: CartPole-v1", "env: multi_agent_envs:DifferentSpaces"),
+        ["train", "bad"],
+        ["agents 'runner' and 'scout' both use policy 'shared' but their spaces differ"],
+    ),
+    "multi-agent section for a single-agent env": (
+        GOOD + "multi_agent: {policies: shared}\n",
+        ["train", "bad"],
+        ["bad.yaml: multi_agent: needs several agents; 'CartPole-v1' is a single-agent env"],
+    ),
+    "self-play opponent that trains": (
+        GOOD.replace("env: CartPole-v1", "env: pettingzoo.classic.tictactoe_v3")
+        + "multi_agent: {policies: [me, copy], train: [me, copy],"
+        + " self_play: {learner: me, opponent: copy}}\n",
+        ["show", "bad"],
+        ["bad.yaml: multi_agent", "train: self_play's opponent 'copy' is frozen; it does not learn"],
+    ),
+    "wrappers around a multi-agent env": (
+        GOOD.replace("env: CartPole-v1", "env: {id: mpe2.simple_spread_v3, wrappers: [clip_reward]}"),
+        ["train", "bad"],
+        ["bad.yaml: env: 'mpe2.simple_spread_v3' takes no wrappers: they wrap single-agent Gymnasium envs"],
+    ),
+    "observation filter for several agents": (
+        GOOD.replace("env: CartPole-v1", "env: multi_agent_envs:Meeting")
+        + "env_runners: {observation_filter: MeanStdFilter}\n",
+        ["train", "bad"],
+        ["bad.yaml: env_runners.observation_filter: normalises one agent's observations here"],
+    ),
+    "unknown PettingZoo module": (
+        GOOD.replace("env: CartPole-v1", "env: pettingzoo.classic.tictactoe_v99"),
+        ["show", "bad"],
+        ["unknown env id 'pettingzoo.classic.tictactoe_v99'", "a PettingZoo env's module"],
+    ),
     "env reset of the wrong shape": (
         GOOD.replace("env: CartPole-v1", "env: broken_envs:WrongShape"),
         ["train", "bad"],

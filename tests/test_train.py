@@ -32,11 +32,12 @@ def rows(run_dir: Path) -> list[dict[str, str]]:
 
 
 # The Atari experiments' shipped batches (4,000 Pong frames through a Nature CNN, 10 epochs) take
-# a minute an iteration here: test_workloads.py runs them with small batches, end to end.
+# a minute an iteration here: test_workloads.py runs them with small batches, end to end. The
+# self-play experiment trains in test_multi_agent.py.
 SHIPPED = [
     name
     for name in available_experiments(Path(__file__).resolve().parents[1] / "experiments")
-    if name not in ("ppo_pong", "impala_pong")
+    if name not in ("ppo_pong", "impala_pong", "ppo_tictactoe_selfplay")
 ]
 
 

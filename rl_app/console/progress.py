@@ -68,14 +68,14 @@ class ProgressPrinter:
         returned = self._return_cell(metrics.return_mean)
         now = time.monotonic()
         recent = self._last_line is not None and now - self._last_line < MIN_SECONDS_BETWEEN_LINES
-        if recent and math.isnan(metrics.eval_return_mean):
+        if recent and math.isnan(metrics.eval_return_mean) and not metrics.notes:
             return
         self._last_line = now
         self.console.print(
             f"{metrics.iteration:5d} {metrics.timesteps:11,d}   {returned}"
             f"   {_fmt_return(metrics.eval_return_mean)} {metrics.steps_per_s:9,.0f}"
             f"   {_fmt_duration(metrics.elapsed_s):>7}  {_fmt_duration(self.eta_s(metrics)):>7}"
-            f"{_policy_cells(metrics)}",
+            f"{_policy_cells(metrics)}{''.join(f'   ({note})' for note in metrics.notes)}",
             highlight=False,
         )
 

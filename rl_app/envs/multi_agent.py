@@ -21,7 +21,7 @@ from rl_app.envs.wrappers import import_class
 from rl_app.errors import error_detail
 
 if TYPE_CHECKING:
-    from rl_app.config.schema import EnvSection, ExperimentConfig, MultiAgentSection
+    from rl_app.config.schema import EnvSection, ExperimentConfig, MultiAgentSection, SelfPlaySection
 
 
 class MappingError(ValueError):
@@ -61,7 +61,7 @@ def multi_agent_section(experiment: ExperimentConfig) -> MultiAgentSection | Non
 
     if experiment.multi_agent is not None:
         return experiment.multi_agent
-    return MultiAgentSection() if is_multi_agent_env(experiment.env.id) else None
+    return MultiAgentSection.model_validate({}) if is_multi_agent_env(experiment.env.id) else None
 
 
 def make_multi_agent_env(
@@ -236,6 +236,7 @@ class MultiAgentSetup:
     mapping: PolicyMapping
     spaces: dict[str, tuple[Any, Any]]  # policy -> (observation space, action space)
     trained: tuple[str, ...]
+    self_play: SelfPlaySection | None = None
 
 
 def multi_agent_setup(env: EnvSection, section: MultiAgentSection) -> MultiAgentSetup:
@@ -244,7 +245,8 @@ def multi_agent_setup(env: EnvSection, section: MultiAgentSection) -> MultiAgent
     try:
         agents = agent_ids(instance)
         mapping = policy_mapping(section, agents)
-        return MultiAgentSetup(mapping, policy_spaces(instance, mapping), tuple(section.trained(agents)))
+        spaces = policy_spaces(instance, mapping)
+        return MultiAgentSetup(mapping, spaces, tuple(section.trained(agents)), section.self_play)
     finally:
         with contextlib.suppress(Exception):
             instance.close()

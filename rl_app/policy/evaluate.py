@@ -14,6 +14,7 @@ from rich.console import Console
 
 from rl_app.config import EnvSection
 from rl_app.console.tables import output_console, warner
+from rl_app.errors import UserError
 from rl_app.runs.files import write_json
 from rl_app.runs.layout import checkpoint_experiment, is_run_dir
 from rl_app.runs.remote import open_checkpoint
@@ -82,6 +83,66 @@ def run_episodes(
     return results
 
 
+@dataclass
+class MultiAgentEpisodeResult:
+    seed: int
+    episode_return: float  # the sum over the agents, as RLlib counts an episode's return
+    length: int  # env steps
+    agent_returns: dict[str, float]
+    agent_policies: dict[str, str]
+
+    def policy_returns(self) -> dict[str, float]:
+        """Each policy's return: the sum over the agents it acted for."""
+        found: dict[str, float] = {}
+        for agent, value in self.agent_returns.items():
+            policy = self.agent_policies[agent]
+            found[policy] = found.get(policy, 0.0) + value
+        return found
+
+
+def run_multi_agent_episodes(
+    policies: dict[str, Any], env_spec: EnvSection, mapping: Any, episodes: list[tuple[int, int]]
+) -> list[MultiAgentEpisodeResult]:
+    """Play each ``(index, seed)`` episode of a multi-agent env: every agent acts with the policy
+    ``mapping`` gives it in that episode (self-play seats alternate with ``index``); a policy given
+    as None acts uniformly at random among the allowed actions."""
+    import torch
+
+    from rl_app.envs.multi_agent import agent_spaces, make_multi_agent_env, random_action
+
+    torch.set_num_threads(1)
+    env = make_multi_agent_env(env_spec)
+    spaces = agent_spaces(env)
+    results = []
+    try:
+        for index, seed in episodes:
+            obs, _ = env.reset(seed=seed)
+            seats = {agent: mapping.policy_of(agent, index) for agent in spaces}
+            for policy in {policies[p] for p in seats.values()} - {None}:
+                policy.reset()
+            returns = dict.fromkeys(spaces, 0.0)
+            length, done, rng = 0, False, seed
+            while not done:
+                actions = {}
+                for agent, observation in obs.items():
+                    policy = policies[seats[agent]]
+                    rng += 1
+                    actions[agent] = (
+                        random_action(spaces[agent][1], observation, seed=rng)
+                        if policy is None
+                        else policy.act(observation)
+                    )
+                obs, rewards, terminated, truncated, _ = env.step(actions)
+                for agent, reward in rewards.items():
+                    returns[str(agent)] += float(reward)
+                length += 1
+                done = bool(terminated.get("__all__") or truncated.get("__all__"))
+            results.append(MultiAgentEpisodeResult(seed, sum(returns.values()), length, returns, seats))
+    finally:
+        env.close()
+    return results
+
+
 def _stats(values: list[float]) -> dict[str, float]:
     return {
         "mean": statistics.fmean(values),
@@ -110,8 +171,12 @@ def evaluate(
     verbose: bool = False,
     allow_version_mismatch: bool = False,
     console: Console | None = None,
+    random_policies: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Evaluate the policy at ``location``; print and return the statistics, write ``eval.json``."""
+    """Evaluate the policy at ``location``; print and return the statistics, write ``eval.json``.
+
+    Several agents: each agent acts with its trained policy, except that those in
+    ``random_policies`` act at random (a learner measured against a random player)."""
     from rl_app.library_logs import capture_rllib_logs, library_log_note, write_library_logs
     from rl_app.policy.module import load_policy
 
@@ -124,8 +189,16 @@ def evaluate(
     out_dir = run_dir if is_run_dir(run_dir) else checkpoint
     if not verbose:
         write_library_logs(out_dir)
-    policy = load_policy(checkpoint, explore=explore)
     numbered = list(enumerate(range(seed, seed + episodes)))
+    if info.policies is not None:
+        if video:
+            raise UserError("--video records one agent's env; this run has several agents")
+        return _evaluate_multi_agent(
+            checkpoint, info, env_spec, numbered, explore, random_policies, out_dir, console
+        )
+    if random_policies:
+        raise UserError("--random-policy is for several agents' policies; this run has one")
+    policy = load_policy(checkpoint, explore=explore)
     video_dir = str((out_dir / "videos" / checkpoint.name).resolve()) if video else None
     if video_dir:
         Path(video_dir).mkdir(parents=True, exist_ok=True)
@@ -167,6 +240,87 @@ def evaluate(
     note = None if verbose else library_log_note(out_dir)
     if note:
         console.print(note)
+    return report
+
+
+def _evaluate_multi_agent(
+    checkpoint: Path,
+    info: Any,
+    env_spec: EnvSection,
+    numbered: list[tuple[int, int]],
+    explore: bool,
+    random_policies: tuple[str, ...],
+    out_dir: Path,
+    console: Console,
+) -> dict[str, Any]:
+    """:func:`evaluate` for a checkpoint of several agents' policies: returns per agent and policy,
+    and each policy's wins (episodes where its return is above every other policy's)."""
+    from rl_app.envs.multi_agent import (
+        MappingError,
+        agent_ids,
+        make_multi_agent_env,
+        multi_agent_section,
+        policy_mapping,
+    )
+    from rl_app.policy.module import load_policy
+
+    names = list(info.policies)
+    unknown = [p for p in random_policies if p not in names]
+    if unknown:
+        raise UserError(f"--random-policy {unknown[0]}: no such policy (allowed: {', '.join(names)})")
+    experiment = checkpoint_experiment(checkpoint)
+    section = multi_agent_section(experiment) if experiment is not None else None
+    if section is None:
+        raise UserError(f"checkpoint '{checkpoint}' has no experiment.yaml beside it to map its agents")
+    probe = make_multi_agent_env(env_spec)
+    try:
+        mapping = policy_mapping(section, agent_ids(probe))
+    except MappingError as exc:
+        raise UserError(f"checkpoint '{checkpoint}': {exc}") from None
+    finally:
+        probe.close()
+    policies = {
+        name: None if name in random_policies else load_policy(checkpoint, explore=explore, name=name)
+        for name in names
+    }
+    randomly = f"; {', '.join(random_policies)} at random" if random_policies else ""
+    console.print(
+        f"Evaluating {checkpoint} ({info.algorithm} on {info.env}, policies {', '.join(names)}{randomly}): "
+        f"{len(numbered)} episodes, {'sampled' if explore else 'deterministic'} actions"
+    )
+    results = run_multi_agent_episodes(policies, env_spec, mapping, numbered)
+    per_policy = [r.policy_returns() for r in results]
+    report: dict[str, Any] = {
+        "checkpoint": str(checkpoint),
+        "algorithm": info.algorithm,
+        "env": info.env,
+        "iteration": info.iteration,
+        "episodes": len(numbered),
+        "explore": explore,
+        "random_policies": list(random_policies),
+        "return": _stats([r.episode_return for r in results]),
+        "episode_length": _stats([float(r.length) for r in results]),
+        "agents": {a: _stats([r.agent_returns[a] for r in results]) for a in mapping.agents},
+        "policies": {},
+        "per_episode": [asdict(r) for r in results],
+        "evaluated_at": datetime.now(UTC).isoformat(),
+    }
+    for name in names:
+        played = [returns for returns in per_policy if name in returns]
+        if not played:
+            continue
+        row: dict[str, Any] = {**_stats([returns[name] for returns in played]), "episodes": len(played)}
+        if len(names) > 1:
+            won = sum(all(r[name] > v for p, v in r.items() if p != name) for r in played)
+            row["win_rate"] = won / len(played)
+        report["policies"][name] = row
+    write_json(out_dir / "eval.json", report)
+    r = report["return"]
+    console.print(f"return {r['mean']:.2f} ± {r['std']:.2f} (the sum over the agents)")
+    for name, row in report["policies"].items():
+        record = f", won {row['win_rate']:.0%} of {row['episodes']}" if "win_rate" in row else ""
+        console.print(f"  policy {name}: return {row['mean']:.2f} ± {row['std']:.2f}{record}")
+    console.print(f"Wrote {out_dir / 'eval.json'}")
     return report
 
 

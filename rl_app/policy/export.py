@@ -16,6 +16,7 @@ from rl_app.errors import UserError
 from rl_app.policy import EXPORT_FORMAT_VERSION
 from rl_app.runs.files import write_json
 from rl_app.runs.remote import open_checkpoint
+from rl_app.serve.policy import POLICIES_FILE
 
 FILENAMES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 
@@ -69,16 +70,10 @@ def export_policy(
 ) -> Path:
     """Write ``policy.pt`` or ``policy.onnx`` and ``policy.json`` (spaces, algorithm, source).
     ``warn`` (default: a warning line on ``console``) hears of a run's damaged checkpoints passed over."""
-    import gymnasium as gym
-    import torch
 
-    from rl_app.envs.spaces import describe
     from rl_app.library_logs import capture_rllib_logs, library_log_note, write_library_logs
     from rl_app.policy.module import (
-        Policy,
-        PolicyWithDistInputs,
         load_policy,
-        sampled_distribution,
     )
 
     if fmt not in FILENAMES:
@@ -90,7 +85,41 @@ def export_policy(
     checkpoint, info = open_checkpoint(location, runs_root, allow_version_mismatch, warn=warn)
     out_dir = out_dir or checkpoint.parent.parent / "export"
     target = out_dir / FILENAMES[fmt]
-    policy = load_policy(checkpoint)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not verbose:
+        write_library_logs(out_dir)
+    if info.policies is None:
+        _export_one(load_policy(checkpoint), fmt, target, checkpoint, info)
+        console.print(
+            f"Exported {info.algorithm} policy ({info.env}) to {target} and {out_dir / 'policy.json'}"
+        )
+    else:  # several agents: a folder per policy, each as one agent's export
+        for name in info.policies:
+            _export_one(
+                load_policy(checkpoint, name=name), fmt, out_dir / name / target.name, checkpoint, info
+            )
+        write_json(
+            out_dir / POLICIES_FILE,
+            {"policies": list(info.policies), "algorithm": info.algorithm, "env": info.env, "format": fmt},
+        )
+        names = ", ".join(info.policies)
+        console.print(
+            f"Exported {info.algorithm} policies {names} ({info.env}) to {out_dir}/<policy>/{target.name}"
+        )
+    note = None if verbose else library_log_note(out_dir)
+    if note:
+        console.print(note)
+    return target
+
+
+def _export_one(policy: Any, fmt: str, target: Path, checkpoint: Path, info: Any) -> None:
+    """Write ``policy`` to ``target`` and its ``policy.json`` beside it."""
+    import gymnasium as gym
+    import torch
+
+    from rl_app.envs.spaces import describe
+    from rl_app.policy.module import Policy, PolicyWithDistInputs, sampled_distribution
+
     if getattr(policy, "recurrent", False):
         raise UserError(
             f"{checkpoint}: a recurrent policy (model.use_lstm) carries its state from step to step, "
@@ -102,9 +131,8 @@ def export_policy(
     distribution = (
         sampled_distribution(policy, example) if fmt == "onnx" and isinstance(policy, Policy) else None
     )
+    out_dir = target.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    if not verbose:
-        write_library_logs(out_dir)
     # Write next to the target and move into place: a failed export leaves any earlier one intact.
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".export-") as scratch:
         staged = Path(scratch) / target.name
@@ -163,8 +191,3 @@ def export_policy(
             "deterministic": True,
         },
     )
-    console.print(f"Exported {info.algorithm} policy ({info.env}) to {target} and {out_dir / 'policy.json'}")
-    note = None if verbose else library_log_note(out_dir)
-    if note:
-        console.print(note)
-    return target

@@ -261,8 +261,9 @@ class TabularPolicy(torch.nn.Module):
         return np.asarray(obs, dtype=np.float32)
 
 
-def load_policy(checkpoint: Path, explore: bool = False) -> Policy | TabularPolicy:
-    """The policy of an rl_app checkpoint, in eval mode on the CPU."""
+def load_policy(checkpoint: Path, explore: bool = False, name: str | None = None) -> Policy | TabularPolicy:
+    """The policy of an rl_app checkpoint, in eval mode on the CPU; ``name``: which of the policies of
+    several agents (the checkpoint's ``policies``)."""
     from rl_app.tabular.qlearning import Q_TABLE, load_q_table, load_spaces
 
     if (checkpoint / Q_TABLE).is_file():
@@ -276,15 +277,23 @@ def load_policy(checkpoint: Path, explore: bool = False) -> Policy | TabularPoli
     from rl_app.rllib.algorithm import load_module
     from rl_app.runs.checkpoints import read_info
 
-    module = load_module(checkpoint)
-    module.eval()
     info = read_info(checkpoint)
+    described = info.observation_space
+    if info.policies is not None:
+        if name not in info.policies:
+            known = ", ".join(info.policies)
+            raise UserError(f"checkpoint '{checkpoint}' has the policies {known}; name one (not {name!r})")
+        described = info.policies[name]
+    elif name is not None:
+        raise UserError(f"checkpoint '{checkpoint}' has one policy; --policy is for several agents'")
+    module = load_module(checkpoint, *([name] if name is not None else []))
+    module.eval()
     policy = Policy(
         module,
         explore=explore,
-        observation_filter=load_observation_filter(checkpoint),
+        observation_filter=load_observation_filter(checkpoint) if name is None else None,
         timestep=info.timesteps,
-        observation_space=space_from_description(info.observation_space) if info.observation_space else None,
+        observation_space=space_from_description(described) if described else None,
     ).eval()
     policy.requires_grad_(False)  # an inference artifact: exported outputs need no autograd
     return policy

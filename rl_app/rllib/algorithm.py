@@ -82,13 +82,15 @@ def reseed_env_runners(algo: Algorithm, seed: int | None) -> None:
             )
 
 
-def load_module(checkpoint: Path) -> TorchRLModule:
-    """The trained RLModule of ``checkpoint``, read from disk once, on this process."""
+def load_module(checkpoint: Path, policy: str = DEFAULT_MODULE_ID) -> TorchRLModule:
+    """The trained RLModule of ``checkpoint`` (``policy``: one of several agents' policies), read from
+    disk once, on this process."""
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    module_dir = checkpoint.joinpath(*MODULE_PATH)
+    path = (*MODULE_PATH[:-1], policy)
+    module_dir = checkpoint.joinpath(*path)
     if not module_dir.is_dir():
-        raise CheckpointError(f"checkpoint '{checkpoint}' has no policy module ({'/'.join(MODULE_PATH)})")
+        raise CheckpointError(f"checkpoint '{checkpoint}' has no policy module ({'/'.join(path)})")
     try:
         return cast("TorchRLModule", RLModule.from_checkpoint(str(module_dir.resolve())))
     except Exception as exc:

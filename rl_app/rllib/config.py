@@ -77,17 +77,13 @@ def env_to_module_pieces(
     """RLlib's env-to-module connectors the experiment adds to RLlib's defaults, in this order:
     ``FlattenObservations`` for observations that are not a Box (see rl_app.envs.spaces), then
     ``MeanStdFilter``, observations normalised by running statistics that RLlib merges over the env
-    runners every iteration and keeps in the checkpoint. ``flattened_agents``: several agents, these
-    with observations to flatten."""
+    runners every iteration and keeps in the checkpoint. ``flattened_agents``: several agents, those
+    whose observations are flattened."""
     from ray.rllib.connectors.env_to_module import FlattenObservations, MeanStdFilter
 
-    multi_agent = flattened_agents is not None
-    flattening = (
-        [FlattenObservations(multi_agent=True, agent_ids=flattened_agents)]
-        if flattened_agents
-        else [FlattenObservations()] * (flatten and not multi_agent)
-    )
-    return flattening + [MeanStdFilter(multi_agent=multi_agent)] * mean_std
+    if flattened_agents is not None:
+        return [FlattenObservations(multi_agent=True, agent_ids=flattened_agents)]
+    return [FlattenObservations()] * flatten + [MeanStdFilter(multi_agent=False)] * mean_std
 
 
 def env_to_module_connector(experiment: ExperimentConfig, agents: MultiAgentSetup | None = None) -> Any:
@@ -99,16 +95,14 @@ def env_to_module_connector(experiment: ExperimentConfig, agents: MultiAgentSetu
 
     from rl_app.envs import observation_space
 
-    mean_std = experiment.env_runners.observation_filter == "MeanStdFilter"
-    if agents is not None:
+    if agents is not None:  # (no observation filter: refused for several agents)
         flattened = [
             agent
             for agent in agents.mapping.agents
             if not isinstance(agents.spaces[agents.mapping.policy_of(agent)][0], gym.spaces.Box)
         ]
-        if not (flattened or mean_std):
-            return None
-        return functools.partial(env_to_module_pieces, mean_std=mean_std, flattened_agents=flattened)
+        return functools.partial(env_to_module_pieces, flattened_agents=flattened) if flattened else None
+    mean_std = experiment.env_runners.observation_filter == "MeanStdFilter"
     flatten = not isinstance(observation_space(experiment.env), gym.spaces.Box)
     if not (flatten or mean_std):
         return None
@@ -231,10 +225,6 @@ def multi_agent_setup_of(experiment: ExperimentConfig, source: str) -> MultiAgen
     section = multi_agent_section(experiment)
     if section is None:
         return None
-    if algorithm_spec(experiment.algorithm).offline:
-        raise ConfigError(
-            source, f"{experiment.algorithm} learns from one agent's recordings here", key="multi_agent"
-        )
     try:
         return multi_agent_setup(experiment.env, section)
     except MappingError as exc:
@@ -396,6 +386,13 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
             policies_to_train=list(agents.trained),
         )
         config.rl_module(rl_module_spec=_multi_module_spec(experiment, config, source, acceleration, agents))
+        if agents.self_play is not None:
+            from rl_app.rllib.self_play import RefreshOpponent
+
+            play = agents.self_play
+            config.callbacks(
+                on_train_result=RefreshOpponent(play.learner, play.opponent, play.refresh_return)
+            )
     else:
         module_spec = _module_spec(experiment, config, source, acceleration)
         if module_spec is not None:
@@ -458,6 +455,19 @@ def resolved_settings(
         name: _plain(model_config.get(name)) for name in resolved["model"] if name not in OUR_MODEL_KEYS
     }
     resolved["model"]["ortho_init"] = bool(experiment.model.ortho_init)
+    from rl_app.envs.multi_agent import PolicyMapping
+
+    mapping = config.policy_mapping_fn
+    if isinstance(mapping, PolicyMapping):  # several agents: who acts with which policy
+        play = mapping.self_play
+        resolved["multi_agent"] = {
+            **(resolved.get("multi_agent") or {}),
+            "agents": {
+                agent: f"{play[0]} or {play[1]}, in turn" if play else mapping.policy_of(agent)
+                for agent in mapping.agents
+            },
+            "train": sorted(config.policies_to_train or config.policies),
+        }
     from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
 
     from rl_app.rllib.catalog import ConcatCriticSACCatalog

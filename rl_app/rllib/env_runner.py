@@ -58,7 +58,7 @@ class SeedControl:
       episodes of the first part.
     """
 
-    worker_index: int | None
+    worker_index: int
     config: Any
     seed_of_next_reset: int | None
     needs_initial_reset: bool

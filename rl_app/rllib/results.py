@@ -22,6 +22,7 @@ from ray.rllib.utils.metrics import (
 )
 from ray.tune.result import TIME_THIS_ITER_S, TRAINING_ITERATION
 
+from rl_app.rllib.self_play import REFRESHED
 from rl_app.runs.progress import IterationMetrics, number_or_nan
 
 
@@ -76,4 +77,5 @@ def metrics_from_result(
         env_failures=float(runners.get(NUM_ENV_STEP_FAILURES_LIFETIME) or 0),
         policy_returns=policy_returns(result),
         eval_policy_returns=policy_returns(result.get(EVALUATION_RESULTS, {})) if evaluated else {},
+        notes=["self-play: the opponent now plays as the learner"] if result.get(REFRESHED) else [],
     )

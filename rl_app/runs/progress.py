@@ -39,11 +39,12 @@ class IterationMetrics:
     # Several agents: each policy's mean episode return (the sum over the agents it acts for).
     policy_returns: dict[str, float] = field(default_factory=dict)
     eval_policy_returns: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # events of the iteration for the live line
 
     def values(self) -> dict[str, float]:
         """Every number by its progress.csv column, each policy's returns as ``return_mean/<policy>``
         and ``eval_return_mean/<policy>``."""
-        found = {k: v for k, v in asdict(self).items() if k not in PER_POLICY}
+        found = {k: v for k, v in asdict(self).items() if k in CSV_FIELDS}
         for policy, value in self.policy_returns.items():
             found[f"return_mean/{policy}"] = value
         for policy, value in self.eval_policy_returns.items():
@@ -52,7 +53,7 @@ class IterationMetrics:
 
 
 PER_POLICY = ("policy_returns", "eval_policy_returns")
-CSV_FIELDS = [name for name in IterationMetrics.__dataclass_fields__ if name not in PER_POLICY]
+CSV_FIELDS = [name for name in IterationMetrics.__dataclass_fields__ if name not in (*PER_POLICY, "notes")]
 
 
 def policy_columns(policies: list[str]) -> list[str]:

@@ -40,6 +40,7 @@ from rl_app.serve.protocol import (
     chosen_actions,
     health_body,
     parse_act_request,
+    peek_request,
     unauthorized,
 )
 
@@ -114,12 +115,13 @@ class PolicyService:
         settings: ServeSettings,
         reload_policy: Callable[[], ServedPolicy] | None = None,
         log: Callable[[str], None] = print,
+        metrics: ServeMetrics | None = None,
     ) -> None:
         self.policy = policy
         self.settings = settings
         self.reload_policy = reload_policy
         self.log = log
-        self.metrics = ServeMetrics()
+        self.metrics = metrics or ServeMetrics()
         self.metrics.iteration.set(float(policy.spec.get("iteration") or 0))
         self.batcher = DynamicBatcher(
             lambda: self.policy,
@@ -159,6 +161,72 @@ class PolicyService:
                 **fresh.metadata(),
             }
 
+    def choose(self, body: bytes) -> PolicyService:
+        """The service a request is for: this one (a ``policy`` field is refused as unknown)."""
+        return self
+
+    def health(self) -> bytes:
+        return health_body(self.policy)
+
+    def describe(self) -> dict[str, Any]:
+        return self.policy.metadata()
+
+    def start(self) -> None:
+        self.batcher.start()
+
+    async def stop(self) -> None:
+        await self.batcher.stop()
+
+
+class PolicyGroup:
+    """Several agents' policies served together (an export of ``policies.json``): each request
+    names the policy it asks, ``{"policy": "learner", "observations": [...]}``."""
+
+    def __init__(self, services: dict[str, PolicyService]) -> None:
+        self.services = services
+        first = next(iter(services.values()))
+        self.settings, self.metrics = first.settings, first.metrics  # one registry for all
+
+    def choose(self, body: bytes) -> PolicyService:
+        """The policy's service the request names; a RequestError for a missing or unknown one."""
+        names = list(self.services)
+        request = peek_request(
+            body, [s.policy.observations for s in self.services.values()], self.settings.max_batch_size
+        )
+        name = request.get("policy")
+        if name is None:
+            raise RequestError(
+                422, "policy", f"missing; this server serves {', '.join(names)}", "missing_field"
+            )
+        if name not in self.services:
+            raise RequestError(422, "policy", f"{name!r} is not one of: {', '.join(names)}", "unknown_policy")
+        return self.services[name]
+
+    def health(self) -> bytes:
+        policies = {name: s.policy.spec.get("iteration") for name, s in self.services.items()}
+        return json.dumps({"status": "ok", "policies": policies}).encode()
+
+    def describe(self) -> dict[str, Any]:
+        return {"policies": {name: s.policy.metadata() for name, s in self.services.items()}}
+
+    def start(self) -> None:
+        for service in self.services.values():
+            service.start()
+
+    async def stop(self) -> None:
+        for service in self.services.values():
+            await service.stop()
+
+    async def reload(self) -> tuple[int, dict[str, Any]]:
+        """Reload every policy; the first failure's status, else 200 with each one's answer."""
+        answers = {}
+        for name, service in self.services.items():
+            status, answer = await service.reload()
+            if status != 200:
+                return status, {"error": f"{name}: {answer.get('error')}"}
+            answers[name] = answer
+        return 200, {"reloaded": True, "policies": answers}
+
 
 def _refused(request: Request, token: str | None, metrics: ServeMetrics, route: str) -> Response | None:
     """The 401 answer for a request without the right bearer token; None for one with it."""
@@ -179,8 +247,8 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def build_app(service: PolicyService) -> Starlette:
-    """The ASGI app serving ``service``; start-up and shut-down run its batcher."""
+def build_app(service: PolicyService | PolicyGroup) -> Starlette:
+    """The ASGI app serving ``service``; start-up and shut-down run its batchers."""
     settings, metrics = service.settings, service.metrics
 
     async def act(request: Request) -> Response:
@@ -190,14 +258,21 @@ def build_app(service: PolicyService) -> Starlette:
         try:
             check_content_type(request.headers.get("content-type", ""))
             body = await _read_body(request, settings.max_body_bytes)
-            policy = service.policy
-            parsed = parse_act_request(body, policy.observations, settings.max_batch_size, policy.sampling)
+            target = service.choose(body)
+            policy = target.policy
+            parsed = parse_act_request(
+                body,
+                policy.observations,
+                settings.max_batch_size,
+                policy.sampling,
+                named=target is not service,
+            )
         except RequestError as error:
             return _error(error, metrics, "act")
         except ClientDisconnect:
             return Response(status_code=499)
         try:
-            actions, dist_inputs, used = await service.batcher.submit(parsed.observations)
+            actions, dist_inputs, used = await target.batcher.submit(parsed.observations)
             actions = chosen_actions(parsed, actions, dist_inputs, used)
         except Exception as exc:  # the model failed on a checked batch: the server's fault
             metrics.requests.labels("act", "500").inc()
@@ -210,14 +285,14 @@ def build_app(service: PolicyService) -> Starlette:
 
     async def health(request: Request) -> Response:
         metrics.requests.labels("health", "200").inc()
-        return Response(health_body(service.policy), media_type=JSON)
+        return Response(service.health(), media_type=JSON)
 
     async def metadata(request: Request) -> Response:
         if refused := _refused(request, settings.token, metrics, "metadata"):
             return refused
         metrics.requests.labels("metadata", "200").inc()
         limits = {"max_batch_size": settings.max_batch_size, "max_body_bytes": settings.max_body_bytes}
-        body = {**service.policy.metadata(), "limits": limits, "max_wait_ms": settings.max_wait_ms}
+        body = {**service.describe(), "limits": limits, "max_wait_ms": settings.max_wait_ms}
         return Response(json.dumps(body).encode(), media_type=JSON)
 
     async def prometheus(request: Request) -> Response:
@@ -235,11 +310,11 @@ def build_app(service: PolicyService) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
-        service.batcher.start()
+        service.start()
         try:
             yield
         finally:
-            await service.batcher.stop()
+            await service.stop()
 
     routes = [
         Route("/v1/act", act, methods=["POST"]),

@@ -20,6 +20,8 @@ from rl_app.errors import UserError, error_detail
 from rl_app.policy import EXPORT_FORMAT_VERSION
 
 SPEC = "policy.json"
+# An export of several agents' policies: one folder per policy, and this index of them.
+POLICIES_FILE = "policies.json"
 PREFERRED_FORMATS = ("onnx", "torchscript")  # onnxruntime needs no torch at run time
 
 
@@ -288,3 +290,16 @@ def load_served_policy(folder: Path, fmt: str | None = None) -> ServedPolicy:
     except Exception as exc:  # onnxruntime and torch raise their own types for a corrupt file
         raise UserError(f"{folder / file}: cannot load the policy ({error_detail(exc)})") from None
     return ServedPolicy(folder=folder, spec=spec, file=file, model=model, observations=observations)
+
+
+def load_served_policies(folder: Path, fmt: str | None = None) -> ServedPolicy | dict[str, ServedPolicy]:
+    """The policy of an export folder, or, for an export of several agents' policies
+    (``policies.json``), each of them by name."""
+    index = folder / POLICIES_FILE
+    if not index.is_file():
+        return load_served_policy(folder, fmt)
+    try:
+        names = json.loads(index.read_text())["policies"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{index} is unreadable ({exc}); export the run again") from None
+    return {str(name): load_served_policy(folder / str(name), fmt) for name in names}

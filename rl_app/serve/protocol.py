@@ -152,18 +152,41 @@ def check_json_size(body: bytes, spec: ObservationSpec, max_rows: int) -> None:
         raise RequestError(413, "body", message, "too_many_values")
 
 
-def parse_act_request(
-    body: bytes, spec: ObservationSpec, max_rows: int, sampling: str | None = None
-) -> ActRequest:
-    """The checked ``/v1/act`` request in ``body``, or a RequestError. ``sampling``: the served
-    policy's distribution (None: it serves deterministic actions only)."""
-    check_json_size(body, spec, max_rows)
+def _parse_object(body: bytes) -> dict[str, Any]:
     try:
         request = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(400, "body", f"malformed JSON ({exc})", "malformed_json") from None
     if not isinstance(request, dict):
         raise RequestError(422, "body", "expected a JSON object with 'observations'", "not_an_object")
+    return request
+
+
+def peek_request(body: bytes, specs: list[ObservationSpec], max_rows: int) -> dict[str, Any]:
+    """The JSON object in ``body``, for a server of several policies to read its ``policy``: parsed
+    only once its size fits a request for one of ``specs``."""
+    errors = []
+    for spec in specs:
+        try:
+            check_json_size(body, spec, max_rows)
+            break
+        except RequestError as error:
+            errors.append(error)
+    else:
+        raise errors[0]
+    return _parse_object(body)
+
+
+def parse_act_request(
+    body: bytes, spec: ObservationSpec, max_rows: int, sampling: str | None = None, named: bool = False
+) -> ActRequest:
+    """The checked ``/v1/act`` request in ``body``, or a RequestError. ``sampling``: the served
+    policy's distribution (None: it serves deterministic actions only); ``named``: the server serves
+    several policies, and the request's ``policy`` field chose this one."""
+    check_json_size(body, spec, max_rows)
+    request = _parse_object(body)
+    if named:
+        request.pop("policy", None)
     unknown = sorted(set(request) - set(FIELDS))
     if unknown:
         raise RequestError(422, unknown[0], f"unknown field; allowed: {', '.join(FIELDS)}", "unknown_field")

@@ -21,6 +21,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rl_app.errors import UserError
 from rl_app.serve.app import ServeSettings
 from rl_app.serve.policy import SPEC, ServedPolicy, load_served_policy
 from rl_app.serve.protocol import (
@@ -144,6 +145,12 @@ def serve_on_ray(
     settings = ServeSettings(**{**asdict(settings or ServeSettings()), "token": token})
     with policy_source(location, fmt, runs_root, allow_version_mismatch) as source:
         policy = source()
+        if isinstance(policy, dict):
+            names = ", ".join(policy)
+            raise UserError(
+                f"{location} holds several agents' policies ({names}): serve them with `rl_app serve` "
+                "(Ray Serve here deploys one; name one folder, e.g. export/<policy>)"
+            )
         stop = threading.Event()
         with ray_session(address):
             for signum in (signal.SIGINT, signal.SIGTERM):  # after Ray's start, which installs its own

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rl_app.errors import UserError, error_detail
-from rl_app.serve.app import PolicyService, ServeSettings, build_app
+from rl_app.serve.app import PolicyGroup, PolicyService, ServeSettings, build_app
 from rl_app.serve.connections import (
     BoundedShutdownServer,
     ConnectionLimits,
@@ -24,7 +24,7 @@ from rl_app.serve.connections import (
     connection_book,
     limited_protocol,
 )
-from rl_app.serve.policy import SPEC, ServedPolicy, load_served_policy
+from rl_app.serve.policy import POLICIES_FILE, SPEC, ServedPolicy, load_served_policies
 
 
 def is_loopback(host: str) -> bool:
@@ -57,7 +57,7 @@ def read_token(token_file: Path | None, host: str) -> str | None:
 @contextmanager
 def policy_source(
     location: str, fmt: str | None, runs_root: Path, allow_version_mismatch: bool = False
-) -> Iterator[Callable[[], ServedPolicy]]:
+) -> Iterator[Callable[[], ServedPolicy | dict[str, ServedPolicy]]]:
     """A function loading the policy at ``location`` now, again at each reload.
 
     An export folder (``policy.json``) is read as it is, with numpy and onnxruntime alone. A run
@@ -65,13 +65,13 @@ def policy_source(
     scratch folder removed on exit; that needs the training environment.
     """
     folder = Path(location)
-    if (folder / SPEC).is_file():
-        yield lambda: load_served_policy(folder, fmt)
+    if (folder / SPEC).is_file() or (folder / POLICIES_FILE).is_file():
+        yield lambda: load_served_policies(folder, fmt)
         return
     scratch = Path(tempfile.mkdtemp(prefix="rl_app-serve-"))
     exports = itertools.count()
 
-    def export_and_load() -> ServedPolicy:
+    def export_and_load() -> ServedPolicy | dict[str, ServedPolicy]:
         import io
 
         from rich.console import Console
@@ -88,12 +88,55 @@ def policy_source(
             console=Console(file=io.StringIO()),
             warn=lambda text: print(f"warning: {text}", flush=True),  # a damaged checkpoint passed over
         )
-        return load_served_policy(target, fmt)
+        return load_served_policies(target, fmt)
 
     try:
         yield export_and_load
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def _service(
+    source: Callable[[], ServedPolicy | dict[str, ServedPolicy]], settings: ServeSettings
+) -> PolicyService | PolicyGroup:
+    """One policy's service, or, for several agents' policies, a group of them whose reloads load
+    the source again and take their own policy from it."""
+    loaded = source()
+    if isinstance(loaded, ServedPolicy):
+        return PolicyService(loaded, settings, reload_policy=lambda: _one(source()), log=_log)
+    first = None
+    services = {}
+    for name, policy in loaded.items():
+
+        def reload_one(name: str = name) -> ServedPolicy:
+            fresh = source()
+            if not isinstance(fresh, dict) or name not in fresh:
+                raise UserError(f"the reloaded source has no policy '{name}'")
+            return fresh[name]
+
+        services[name] = PolicyService(
+            policy, settings, reload_policy=reload_one, log=_log, metrics=first.metrics if first else None
+        )
+        first = first or services[name]
+    return PolicyGroup(services)
+
+
+def _one(loaded: ServedPolicy | dict[str, ServedPolicy]) -> ServedPolicy:
+    if isinstance(loaded, dict):
+        raise UserError("the reloaded source holds several agents' policies now; restart the server")
+    return loaded
+
+
+def _served(service: PolicyService | PolicyGroup) -> str:
+    """What the start line says is served."""
+    if isinstance(service, PolicyGroup):
+        return f"the policies {', '.join(service.services)} (a request names its 'policy')"
+    policy = service.policy
+    return f"{policy.name} (iteration {policy.spec.get('iteration')}, {policy.file})"
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -134,10 +177,7 @@ def serve(
     token = read_token(token_file, host)
     settings = ServeSettings(**{**asdict(settings or ServeSettings()), "token": token})
     with policy_source(location, fmt, runs_root, allow_version_mismatch) as source:
-        policy = source()
-        service = PolicyService(
-            policy, settings, reload_policy=source, log=lambda line: print(line, flush=True)
-        )
+        service = _service(source, settings)
         app = build_app(service)
         sock = bind(host, port)
         address = sock.getsockname()
@@ -161,7 +201,7 @@ def serve(
                 f"shutdown timeout {limits.shutdown_timeout_s:g} s"
             )
             print(
-                f"Serving {policy.name} (iteration {policy.spec.get('iteration')}, {policy.file}) "
+                f"Serving {_served(service)} "
                 f"on http://{address[0]}:{address[1]} ({batching}; {connections}"
                 f"{'; bearer token required' if token else ''}); SIGHUP or POST /v1/reload reloads",
                 flush=True,

@@ -72,6 +72,15 @@ def check_experiment_env(experiment: ExperimentConfig, source: str) -> None:
     if section is not None and not is_multi_agent_env(experiment.env.id):
         message = f"needs several agents; '{experiment.env.id}' is a single-agent env"
         raise ConfigError(source, message, key="multi_agent")
+    if section is not None:
+        from rl_app.algorithms import algorithm_spec
+
+        if algorithm_spec(experiment.algorithm).offline:
+            message = f"{experiment.algorithm} learns from one agent's recordings here"
+            raise ConfigError(source, message, key="multi_agent")
+        if experiment.env_runners.observation_filter is not None:
+            message = "normalises one agent's observations here, not several agents'"
+            raise ConfigError(source, message, key="env_runners.observation_filter")
     try:
         if section is not None:
             check_multi_agent_env(experiment.env, section)

@@ -91,7 +91,7 @@ class ExperimentTrial(tune.Trainable):
 
     def step(self) -> dict[str, Any]:
         step = self.loop.step()
-        result = step.metrics.values()
+        result: dict[str, Any] = dict(step.metrics.values())
         del result["iteration"]  # Tune counts training_iteration itself
         result["evaluated"] = not math.isnan(step.metrics.eval_return_mean)
         if step.stop_reason is not None and self.evaluate_at_end and math.isnan(self.loop.latest_eval_return):
