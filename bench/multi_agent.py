@@ -33,7 +33,7 @@ EPISODES = {SPREAD: 100, TICTACTOE: 200}
 EVAL_SEED = 50_000
 TARGETS = {
     SPREAD: {"return": -62.0},  # median over the held-out seeds (random actions -84, standing still -76)
-    TICTACTOE: {"win_rate": 0.80, "loss_rate": 0.05},  # medians, against a random player
+    TICTACTOE: {"win_rate": 0.70, "loss_rate": 0.25},  # medians, against a random player
 }
 
 

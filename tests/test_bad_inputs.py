@@ -315,6 +315,11 @@ CASES = {
         ["show", "bad"],
         ["bad.yaml: multi_agent", "train: self_play's opponent 'copy' is frozen; it does not learn"],
     ),
+    "tabular Q-learning for several agents": (
+        QLEARNING.replace("env: CartPole-v1", "env: multi_agent_envs:Meeting"),
+        ["train", "bad"],
+        ["bad.yaml: multi_agent: QLearning trains one agent here"],
+    ),
     "wrappers around a multi-agent env": (
         GOOD.replace("env: CartPole-v1", "env: {id: mpe2.simple_spread_v3, wrappers: [clip_reward]}"),
         ["train", "bad"],

@@ -121,17 +121,18 @@ def test_every_shipped_experiment_builds_on_rllibs_own_classes_when_acceleration
     """``acceleration: off``: RLlib's env runner (with rl_app's env-failure limit and reseed), its
     algorithm class, learner class and module; auto: rl_app's where the plan says so."""
     from rl_app.rllib.accel.runner import BatchedEnvRunner
-    from rl_app.rllib.env_runner import RLAppEnvRunner
+    from rl_app.rllib.env_runner import RLAppEnvRunner, RLAppMultiAgentEnvRunner
 
     off = _config(name, "acceleration=off")
-    assert issubclass(off.env_runner_cls, RLAppEnvRunner) and not issubclass(
-        off.env_runner_cls, BatchedEnvRunner
-    )
+    runner = RLAppMultiAgentEnvRunner if off.is_multi_agent else RLAppEnvRunner
+    assert issubclass(off.env_runner_cls, runner) and not issubclass(off.env_runner_cls, BatchedEnvRunner)
     assert off.algo_class.__module__.startswith("ray.rllib."), off.algo_class
     learner = off.learner_class or off.get_default_learner_class()
     assert learner.__module__.startswith("ray.rllib."), learner
-    module_class = off.get_rl_module_spec().module_class
-    assert getattr(module_class, "lean", False) is False, module_class
+    spec = off.rl_module_spec if off.is_multi_agent else off.get_rl_module_spec()
+    for module_spec in getattr(spec, "rl_module_specs", {"": spec}).values():
+        module_class = module_spec.module_class
+        assert getattr(module_class, "lean", False) is False, module_class
 
     experiment = load_experiment(name).config
     plan = plan_acceleration(experiment, plan_resources(experiment, 2, 0))

@@ -23,9 +23,7 @@ from rl_app.training.run import train
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 
-@pytest.mark.parametrize(
-    "name", ["ppo_cartpole", "dqn_cartpole", "ppo_catch", "sac_pendulum"]
-)
+@pytest.mark.parametrize("name", ["ppo_cartpole", "dqn_cartpole", "ppo_catch", "sac_pendulum"])
 def test_shipped_experiment_reaches_its_return(
     name: str, shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -45,13 +45,12 @@ def is_multi_agent_env(env_id: str) -> bool:
         return True
     if ":" not in env_id:
         return False
-    from ray.rllib.env.multi_agent_env import MultiAgentEnv
+    from rl_app.rllib.multi_agent_env import is_multi_agent_class
 
     try:
-        made = import_class(env_id)
+        return is_multi_agent_class(import_class(env_id))
     except ValueError:
         return False
-    return isinstance(made, type) and issubclass(made, MultiAgentEnv)
 
 
 def multi_agent_section(experiment: ExperimentConfig) -> MultiAgentSection | None:
@@ -74,11 +73,9 @@ def make_multi_agent_env(
     module = pettingzoo_module(env.id)
     if module is None:
         return import_class(env.id)(**kwargs)
-    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv, PettingZooEnv
+    from rl_app.rllib.multi_agent_env import pettingzoo_env
 
-    if hasattr(module, "parallel_env"):
-        return ParallelPettingZooEnv(module.parallel_env(**kwargs))
-    return PettingZooEnv(module.env(**kwargs))
+    return pettingzoo_env(module, kwargs)
 
 
 def agent_ids(env: Any) -> list[str]:

@@ -75,9 +75,10 @@ def check_experiment_env(experiment: ExperimentConfig, source: str) -> None:
     if section is not None:
         from rl_app.algorithms import algorithm_spec
 
-        if algorithm_spec(experiment.algorithm).offline:
-            message = f"{experiment.algorithm} learns from one agent's recordings here"
-            raise ConfigError(source, message, key="multi_agent")
+        spec = algorithm_spec(experiment.algorithm)
+        if spec.offline or spec.backend != "rllib":
+            what = "learns from one agent's recordings" if spec.offline else "trains one agent"
+            raise ConfigError(source, f"{experiment.algorithm} {what} here", key="multi_agent")
         if experiment.env_runners.observation_filter is not None:
             message = "normalises one agent's observations here, not several agents'"
             raise ConfigError(source, message, key="env_runners.observation_filter")
