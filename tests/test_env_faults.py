@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -183,7 +184,9 @@ def test_a_killed_evaluation_runner_is_said_at_once_and_comes_back(
         FAULTY.format(crash="never", after_steps=1, markers=tmp_path, runners=0)
         + "evaluation: {interval: 1, episodes: 2, num_env_runners: 1}\n"
     )
-    original, killed = AlgorithmBackend.train, []
+    import rl_app.training.loop as loop_module
+
+    original, killed, back, done = AlgorithmBackend.train, [], [], []
 
     def train_then_kill(self: AlgorithmBackend, *args: Any) -> Any:
         metrics, result = original(self, *args)
@@ -193,8 +196,19 @@ def test_a_killed_evaluation_runner_is_said_at_once_and_comes_back(
             )
             ray.kill(handle, no_restart=False)
             killed.append(metrics.iteration)
+        elif back and not math.isnan(metrics.eval_return_mean):
+            done.append(metrics.iteration)  # evaluated again after the runner came back: enough
+        if any("back" in notice for notice in self.notices()):
+            back.append(metrics.iteration)
         return metrics, result
 
+    # The run ends once the runner came back and evaluated (at the latest after stop.time_s).
+    real_stop_reason = loop_module.stop_reason
+    monkeypatch.setattr(
+        loop_module,
+        "stop_reason",
+        lambda *args: "evaluated after the runner came back" if done else real_stop_reason(*args),
+    )
     monkeypatch.setattr(AlgorithmBackend, "train", train_then_kill)
     out = io.StringIO()
     # Ray takes seconds to start the runner again; iterations take a fraction of one.

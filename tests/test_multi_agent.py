@@ -200,6 +200,17 @@ def test_named_policies_on_a_users_multi_agent_env_report_each_policy(tmp_path: 
     ]
     for row in read_progress(run / "progress.csv"):
         assert row["return_mean/fast"] + row["return_mean/slow"] == pytest.approx(row["return_mean"])
+    before = (run / "progress.csv").read_text().splitlines()
+
+    # Resumed (RLlib's multi-agent runners re-seeded), it goes on from its checkpoint's iteration.
+    from rl_app.training.run import train
+
+    resumed = train(None, ["stop.iterations=4"], resume=str(run), runs_root=tmp_path)
+    after = (run / "progress.csv").read_text().splitlines()
+    assert resumed.status == "finished" and resumed.iterations == 4
+    assert after[: len(before)] == before and len(after) == len(before) + 1
+    assert not np.isnan(read_progress(run / "progress.csv")[-1]["return_mean/fast"])
+
     report = evaluate(str(run), episodes=4)
     assert {a: e for a, e in report["per_episode"][0]["agent_policies"].items()} == {
         "runner": "fast",
