@@ -198,7 +198,7 @@ def test_a_killed_evaluation_runner_is_said_at_once_and_comes_back(
             killed.append(metrics.iteration)
         elif back and not math.isnan(metrics.eval_return_mean):
             done.append(metrics.iteration)  # evaluated again after the runner came back: enough
-        if any("back" in notice for notice in self.notices()):
+        if any("runner(s) back" in notice for notice in self.notices()):
             back.append(metrics.iteration)
         return metrics, result
 

@@ -140,8 +140,9 @@ def test_self_play_on_tictactoe_masks_refreshes_evaluates_and_exports(tmp_path: 
     assert 0.0 <= report["policies"]["learner"]["win_rate"] <= 1.0
     assert json.loads((run / "eval.json").read_text())["random_policies"] == ["opponent"]
 
-    out = export_policy(str(run), "onnx", tmp_path / "export")
-    index = json.loads((out / "policies.json").read_text())
+    written = export_policy(str(run), "onnx", tmp_path / "export")
+    out = written.parent
+    index = json.loads(written.read_text())
     assert index["policies"] == ["learner", "opponent"]
     env = make_multi_agent_env(EnvSection(id=index["env"]))
     obs, _ = env.reset(seed=3)

@@ -68,7 +68,9 @@ def export_policy(
     console: Console | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Path:
-    """Write ``policy.pt`` or ``policy.onnx`` and ``policy.json`` (spaces, algorithm, source).
+    """Write ``policy.pt`` or ``policy.onnx`` and ``policy.json`` (spaces, algorithm, source), and
+    return the policy file; for several agents' policies, one folder of those per policy and their
+    index, ``policies.json``, which is returned.
     ``warn`` (default: a warning line on ``console``) hears of a run's damaged checkpoints passed over."""
 
     from rl_app.library_logs import capture_rllib_logs, library_log_note, write_library_logs
@@ -106,6 +108,7 @@ def export_policy(
         console.print(
             f"Exported {info.algorithm} policies {names} ({info.env}) to {out_dir}/<policy>/{target.name}"
         )
+        target = out_dir / POLICIES_FILE
     note = None if verbose else library_log_note(out_dir)
     if note:
         console.print(note)

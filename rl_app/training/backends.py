@@ -131,7 +131,7 @@ class TabularBackend:
         interval = self.experiment.evaluation.interval
         if interval and metrics.iteration % interval == 0:
             metrics = replace(metrics, eval_return_mean=self.evaluate())
-        numbers = {key: value for key, value in metrics.__dict__.items() if not math.isnan(value)}
+        numbers = {key: value for key, value in metrics.values().items() if not math.isnan(value)}
         return metrics, {
             "tabular": {**numbers, "epsilon": self._epsilon(), "states_visited": self._visited()}
         }
