@@ -50,9 +50,19 @@ def _train_and_evaluate(name: str, seed: int, runs: Path, random_policy: str) ->
     episodes = EPISODES[name]
     trained = evaluate(str(summary.run_dir), episodes=episodes, seed=EVAL_SEED, console=quiet)
     against = evaluate(
-        str(summary.run_dir), episodes=episodes, seed=EVAL_SEED, console=quiet, random_policies=(random_policy,)
+        str(summary.run_dir),
+        episodes=episodes,
+        seed=EVAL_SEED,
+        console=quiet,
+        random_policies=(random_policy,),
     )
-    return {"seed": seed, "timesteps": summary.timesteps, "seconds": round(seconds, 1), "trained": trained, "random": against}
+    return {
+        "seed": seed,
+        "timesteps": summary.timesteps,
+        "seconds": round(seconds, 1),
+        "trained": trained,
+        "random": against,
+    }
 
 
 def spread_row(seed: int, runs: Path) -> dict[str, Any]:
@@ -88,8 +98,9 @@ def markdown(results: dict[str, Any]) -> str:
     if spread:
         target = TARGETS[SPREAD]["return"]
         lines += [
-            f"`{SPREAD}` as shipped on held-out seeds {', '.join(map(str, spread['seeds']))}; each final policy "
-            f"(one, shared by the three agents) on {EPISODES[SPREAD]} deterministic episodes (seeds {EVAL_SEED}+), "
+            f"`{SPREAD}` as shipped on held-out seeds {', '.join(map(str, spread['seeds']))}; "
+            f"each final policy (one, shared by the three agents) on {EPISODES[SPREAD]} deterministic "
+            f"episodes (seeds {EVAL_SEED}+), "
             "the sum of the agents' returns; medians with bootstrap 95 % intervals. Beside it on the same "
             "episodes: the agents acting at random, and a hand-written controller that assigns each agent "
             "a landmark and steers to it (bench/spread_controller.py).",
@@ -109,9 +120,9 @@ def markdown(results: dict[str, Any]) -> str:
     if tictactoe:
         target = TARGETS[TICTACTOE]
         lines += [
-            f"`{TICTACTOE}` as shipped on held-out seeds {', '.join(map(str, tictactoe['seeds']))}; each final "
-            f"learner against a random player (legal moves only) in {EPISODES[TICTACTOE]} games, first and "
-            "second in turn.",
+            f"`{TICTACTOE}` as shipped on held-out seeds {', '.join(map(str, tictactoe['seeds']))}; "
+            "each final learner against a random player (legal moves only) in "
+            f"{EPISODES[TICTACTOE]} games, first and second in turn.",
             "",
             "| games won | games lost | env steps | seconds per run |",
             "|---|---|---|---|",

@@ -40,7 +40,9 @@ def controller_returns(episodes: int, seed: int) -> dict[str, Any]:
     for episode_seed in range(seed, seed + episodes):
         observations, _ = env.reset(seed=episode_seed)
         agents = list(env.agents)
-        distances = np.array([np.linalg.norm(observations[a][LANDMARKS].reshape(3, 2), axis=1) for a in agents])
+        distances = np.array(
+            [np.linalg.norm(observations[a][LANDMARKS].reshape(3, 2), axis=1) for a in agents]
+        )
         rows, columns = linear_sum_assignment(distances)
         landmark = {agents[r]: int(c) for r, c in zip(rows, columns, strict=True)}
         total = 0.0
@@ -53,5 +55,5 @@ def controller_returns(episodes: int, seed: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    episodes, seed = (int(a) for a in (sys.argv[1:] + ["100", "50000"])[:2])
+    episodes, seed = (int(a) for a in [*sys.argv[1:], "100", "50000"][:2])
     print(controller_returns(episodes, seed))
