@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,17 +77,21 @@ def test_schedules_and_replay_buffer(experiments: Path) -> None:
         load_experiment("dqn", ["training.epsilon=[[5, 1.0]]"])
 
 
-def offline_bench_targets() -> dict[str, object]:
+def bench_module(filename: str) -> Any:
     import importlib.util
     import sys
 
     bench = Path(__file__).resolve().parents[1] / "bench"
     sys.path.insert(0, str(bench))
-    spec = importlib.util.spec_from_file_location("offline_bench", bench / "offline.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{Path(filename).stem}", bench / filename)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return {name: case["target"] for name, case in module.CASES.items()}
+    return module
+
+
+def offline_bench_targets() -> dict[str, object]:
+    return {name: case["target"] for name, case in bench_module("offline.py").CASES.items()}
 
 
 def test_every_shipped_experiment_validates(shipped: Path) -> None:
@@ -98,5 +103,10 @@ def test_every_shipped_experiment_validates(shipped: Path) -> None:
         if loaded.config.offline is not None and loaded.config.stop.return_ is None:
             # Its target is relative to its data (beat the recorded episodes' mean): the bench fixes it.
             assert name in offline_bench_targets(), f"{name} must state its target in bench/offline.py"
+            continue
+        if loaded.config.multi_agent is not None and loaded.config.stop.return_ is None:
+            # Judged on more than one return (win and loss rates, a baseline beside): the bench fixes it.
+            targets = bench_module("multi_agent.py").TARGETS
+            assert name in targets, f"{name} must state its target in bench/multi_agent.py"
             continue
         assert loaded.config.stop.return_ is not None, f"{name} must state the return it reaches"
