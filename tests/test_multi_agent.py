@@ -201,6 +201,12 @@ def test_named_policies_on_a_users_multi_agent_env_report_each_policy(tmp_path: 
     ]
     for row in read_progress(run / "progress.csv"):
         assert row["return_mean/fast"] + row["return_mean/slow"] == pytest.approx(row["return_mean"])
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    fast = [e.value for e in events.Scalars("rl_app/return_mean/fast")]
+    assert fast == pytest.approx([row["return_mean/fast"] for row in read_progress(run / "progress.csv")])
     before = (run / "progress.csv").read_text().splitlines()
 
     # Resumed (RLlib's multi-agent runners re-seeded), it goes on from its checkpoint's iteration.
