@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rl_app.config.schema import EnvSection
-from rl_app.envs.spaces import MASK_KEY, flattened_description, is_masked, mask_problem, unsupported_part
+from rl_app.envs.spaces import flattened_description, spaces_problem
 from rl_app.envs.wrappers import TRAINING_ONLY, import_class, wrapper_class
 from rl_app.errors import error_detail
 
@@ -157,15 +157,10 @@ def has_training_only_wrappers(env: EnvSection) -> bool:
     )
 
 
-# The action spaces RLlib's default models, our evaluation and our export all take.
-SUPPORTED_ACTIONS = ("Box", "Discrete")
-
-
 def check_env(env: EnvSection) -> None:
     """Build the env once, reset it and take one step: ValueError naming the cause if any part
     fails (the constructor raises, a space rl_app cannot train on, reset or step returning what
     the spaces do not allow). Runs before Ray starts or anything is written."""
-    import gymnasium
     import numpy as np
 
     try:
@@ -173,18 +168,9 @@ def check_env(env: EnvSection) -> None:
     except Exception as exc:
         raise ValueError(f"cannot be created: {type(exc).__name__}: {error_detail(exc)}") from None
     try:
-        problem = unsupported_part(instance.observation_space)
+        problem = spaces_problem(instance.observation_space, instance.action_space)
         if problem:
-            raise ValueError(f"its observation space {problem}")
-        if not isinstance(instance.action_space, (gymnasium.spaces.Box, gymnasium.spaces.Discrete)):
-            raise ValueError(
-                f"its action space {instance.action_space} is not one RLlib's default models take "
-                f"(allowed: {', '.join(SUPPORTED_ACTIONS)})"
-            )
-        if is_masked(instance.observation_space):
-            problem = mask_problem(instance.observation_space, instance.action_space)
-            if problem:
-                raise ValueError(f"its observation's '{MASK_KEY}' {problem}")
+            raise ValueError(problem)
         try:
             obs, _ = instance.reset(seed=0)
         except Exception as exc:

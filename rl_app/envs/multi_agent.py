@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from rl_app.envs.spaces import MASK_KEY, is_masked, mask_problem, unsupported_part
+from rl_app.envs.spaces import MASK_KEY, spaces_problem
 from rl_app.envs.wrappers import import_class
 from rl_app.errors import error_detail
 
@@ -157,14 +157,9 @@ def policy_spaces(env: Any, mapping: PolicyMapping) -> dict[str, tuple[Any, Any]
     return {policy: (obs, act) for policy, (_, obs, act) in found.items()}
 
 
-SUPPORTED_ACTIONS = ("Box", "Discrete")
-
-
 def check_multi_agent_env(env: EnvSection, section: MultiAgentSection) -> None:
     """Make the env, check each agent's spaces and the mapping, reset, and step until every agent
     has acted once (random actions among the allowed ones): ValueError naming the cause."""
-    import gymnasium
-
     if env.wrappers:
         raise ValueError("takes no wrappers: they wrap single-agent Gymnasium envs")
     try:
@@ -178,18 +173,9 @@ def check_multi_agent_env(env: EnvSection, section: MultiAgentSection) -> None:
         mapping = policy_mapping(section, agents)
         spaces = agent_spaces(instance)
         for agent, (obs_space, act_space) in spaces.items():
-            problem = unsupported_part(obs_space)
+            problem = spaces_problem(obs_space, act_space)
             if problem:
-                raise ValueError(f"agent '{agent}': its observation space {problem}")
-            if not isinstance(act_space, gymnasium.spaces.Box | gymnasium.spaces.Discrete):
-                raise ValueError(
-                    f"agent '{agent}': its action space {act_space} is not one RLlib's default models "
-                    f"take (allowed: {', '.join(SUPPORTED_ACTIONS)})"
-                )
-            if is_masked(obs_space):
-                problem = mask_problem(obs_space, act_space)
-                if problem:
-                    raise ValueError(f"agent '{agent}': its observation's '{MASK_KEY}' {problem}")
+                raise ValueError(f"agent '{agent}': {problem}")
         policy_spaces(instance, mapping)
         try:
             obs, _ = instance.reset(seed=0)

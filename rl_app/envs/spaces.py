@@ -113,6 +113,30 @@ def mask_problem(observation_space: Any, action_space: Any) -> str | None:
     return None
 
 
+# The action spaces RLlib's default models, our evaluation and our export all take.
+SUPPORTED_ACTIONS = ("Box", "Discrete")
+
+
+def spaces_problem(observation_space: Any, action_space: Any) -> str | None:
+    """Why rl_app cannot train on an env (or an agent) of these spaces, as the end of a sentence
+    about it ("its observation space ..."), or None."""
+    import gymnasium as gym
+
+    problem = unsupported_part(observation_space)
+    if problem:
+        return f"its observation space {problem}"
+    if not isinstance(action_space, gym.spaces.Box | gym.spaces.Discrete):
+        return (
+            f"its action space {action_space} is not one RLlib's default models take "
+            f"(allowed: {', '.join(SUPPORTED_ACTIONS)})"
+        )
+    if is_masked(observation_space):
+        problem = mask_problem(observation_space, action_space)
+        if problem:
+            return f"its observation's '{MASK_KEY}' {problem}"
+    return None
+
+
 def is_flattened(description: dict[str, Any]) -> bool:
     """Whether observations of this space reach the model flattened (anything but a Box)."""
     return description.get("type") in FLATTENED
