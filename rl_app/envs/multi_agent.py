@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -223,7 +224,19 @@ class MultiAgentSetup:
 
 
 def multi_agent_setup(env: EnvSection, section: MultiAgentSection) -> MultiAgentSetup:
-    """The mapping, each policy's spaces, and the policies that learn."""
+    """The mapping, each policy's spaces, and the policies that learn (the env made once per
+    process, env and section: the config, the checkpoint marker and evaluation all ask)."""
+    return _setup(env.model_dump_json(), section.model_dump_json())
+
+
+@functools.cache
+def _setup(env_json: str, section_json: str) -> MultiAgentSetup:
+    from rl_app.config.schema import EnvSection, MultiAgentSection
+
+    env, section = (
+        EnvSection.model_validate_json(env_json),
+        MultiAgentSection.model_validate_json(section_json),
+    )
     instance = make_multi_agent_env(env)
     try:
         agents = agent_ids(instance)

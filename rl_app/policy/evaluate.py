@@ -255,13 +255,7 @@ def _evaluate_multi_agent(
 ) -> dict[str, Any]:
     """:func:`evaluate` for a checkpoint of several agents' policies: returns per agent and policy,
     and each policy's wins (episodes where its return is above every other policy's)."""
-    from rl_app.envs.multi_agent import (
-        MappingError,
-        agent_ids,
-        make_multi_agent_env,
-        multi_agent_section,
-        policy_mapping,
-    )
+    from rl_app.envs.multi_agent import MappingError, multi_agent_section, multi_agent_setup
     from rl_app.policy.module import load_policy
 
     names = list(info.policies)
@@ -272,13 +266,10 @@ def _evaluate_multi_agent(
     section = multi_agent_section(experiment) if experiment is not None else None
     if section is None:
         raise UserError(f"checkpoint '{checkpoint}' has no experiment.yaml beside it to map its agents")
-    probe = make_multi_agent_env(env_spec)
     try:
-        mapping = policy_mapping(section, agent_ids(probe))
+        mapping = multi_agent_setup(env_spec, section).mapping
     except MappingError as exc:
         raise UserError(f"checkpoint '{checkpoint}': {exc}") from None
-    finally:
-        probe.close()
     policies = {
         name: None if name in random_policies else load_policy(checkpoint, explore=explore, name=name)
         for name in names

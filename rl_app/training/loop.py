@@ -69,7 +69,6 @@ class TrainingLoop:
         self.latest_eval_return = math.nan  # the most recent evaluation, whichever iteration ran it
         self._elapsed_before = 0.0
         self._started = time.monotonic()
-        self._observation_spaces: dict[str, Any] | None = None
 
     @property
     def algo(self) -> Any:
@@ -131,18 +130,13 @@ class TrainingLoop:
         return sorted(self._spaces().get("policies") or {})
 
     def _spaces(self) -> dict[str, Any]:
-        """The marker's description of the observations: the env's, or each policy's."""
-        if self._observation_spaces is None:
-            section = multi_agent_section(self.experiment)
-            if section is None:
-                self._observation_spaces = {
-                    "observation_space": flattened_observation_space(self.experiment.env)
-                }
-            else:
-                spaces = multi_agent_setup(self.experiment.env, section).spaces
-                described = {policy: flattened_description(obs) for policy, (obs, _) in spaces.items()}
-                self._observation_spaces = {"policies": described}
-        return self._observation_spaces
+        """The marker's description of the observations: the env's, or each policy's (both read
+        from an env made once per process)."""
+        section = multi_agent_section(self.experiment)
+        if section is None:
+            return {"observation_space": flattened_observation_space(self.experiment.env)}
+        spaces = multi_agent_setup(self.experiment.env, section).spaces
+        return {"policies": {policy: flattened_description(obs) for policy, (obs, _) in spaces.items()}}
 
     def load(self, checkpoint: Path) -> CheckpointInfo:
         """Continue from ``checkpoint``: the algorithm and its replay buffer, fresh env-runner
