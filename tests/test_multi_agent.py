@@ -167,6 +167,7 @@ def test_self_play_on_tictactoe_masks_refreshes_evaluates_and_exports(tmp_path: 
         unnamed = request(server.port, "POST", "/v1/act", {"observations": [as_json]})
         unknown = request(server.port, "POST", "/v1/act", {"policy": "nobody", "observations": [as_json]})
         health = request(server.port, "GET", "/v1/health")
+        reload = request(server.port, "POST", "/v1/reload")
     for name, answer in answers.items():
         assert answer.status == 200, answer.text
         assert answer.body["actions"] == [load_policy(checkpoint, name=name).act(observation)]
@@ -174,6 +175,7 @@ def test_self_play_on_tictactoe_masks_refreshes_evaluates_and_exports(tmp_path: 
     assert unnamed.body["field"] == unknown.body["field"] == "policy"
     assert "learner, opponent" in unknown.body["error"]
     assert set(health.body["policies"]) == {"learner", "opponent"}
+    assert reload.status == 200 and set(reload.body["policies"]) == {"learner", "opponent"}
 
 
 @pytest.mark.slow

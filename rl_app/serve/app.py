@@ -34,9 +34,12 @@ from rl_app.serve.batching import DynamicBatcher
 from rl_app.serve.policy import ServedPolicy
 from rl_app.serve.protocol import (
     JSON,
+    ActRequest,
     RequestError,
+    act_request,
     act_response,
     check_content_type,
+    check_json_size,
     chosen_actions,
     health_body,
     parse_act_request,
@@ -131,21 +134,18 @@ class PolicyService:
         )
         self._reload_lock = asyncio.Lock()
 
-    async def reload(self) -> tuple[int, dict[str, Any]]:
-        """Load the source again; swap it in if its spaces match. (HTTP status, JSON answer)."""
-        if self.reload_policy is None:
-            return 409, {"error": "reload: this server was started without a source to reload"}
+    async def reload(self, fresh: ServedPolicy | None = None) -> tuple[int, dict[str, Any]]:
+        """Load the source again (or take ``fresh``, loaded already); swap it in if its spaces
+        match. (HTTP status, JSON answer)."""
+        if fresh is None and self.reload_policy is None:
+            return NO_SOURCE
         async with self._reload_lock:
-            try:
-                fresh = await asyncio.to_thread(self.reload_policy)
-            except UserError as exc:
-                self.metrics.reloads.labels("failed").inc()
-                self.log(f"reload failed, still serving the previous policy: {exc}")
-                return 409, {"error": f"reload: {exc}"}
-            except Exception as exc:
-                self.metrics.reloads.labels("failed").inc()
-                self.log(f"reload failed, still serving the previous policy: {error_detail(exc)}")
-                return 500, {"error": f"reload: {error_detail(exc)}"}
+            if fresh is None:
+                assert self.reload_policy is not None
+                try:
+                    fresh = await asyncio.to_thread(self.reload_policy)
+                except Exception as exc:
+                    return _reload_failed(exc, self.metrics, self.log)
             if fresh.spaces() != self.policy.spaces():
                 self.metrics.reloads.labels("refused").inc()
                 message = "reload: the new policy's observation or action space differs; kept the old one"
@@ -161,9 +161,12 @@ class PolicyService:
                 **fresh.metadata(),
             }
 
-    def choose(self, body: bytes) -> PolicyService:
-        """The service a request is for: this one (a ``policy`` field is refused as unknown)."""
-        return self
+    def parse(self, body: bytes) -> tuple[PolicyService, ActRequest]:
+        """The checked request in ``body``, for this service (a ``policy`` field is an unknown one)."""
+        policy = self.policy
+        return self, parse_act_request(
+            body, policy.observations, self.settings.max_batch_size, policy.sampling
+        )
 
     def health(self) -> bytes:
         return health_body(self.policy)
@@ -178,29 +181,51 @@ class PolicyService:
         await self.batcher.stop()
 
 
+NO_SOURCE = 409, {"error": "reload: this server was started without a source to reload"}
+
+
+def _reload_failed(
+    exc: Exception, metrics: ServeMetrics, log: Callable[[str], None]
+) -> tuple[int, dict[str, Any]]:
+    """The answer to a reload whose source failed to load: 409 for a user error, else 500."""
+    metrics.reloads.labels("failed").inc()
+    detail = str(exc) if isinstance(exc, UserError) else error_detail(exc)
+    log(f"reload failed, still serving the previous policy: {detail}")
+    return (409 if isinstance(exc, UserError) else 500), {"error": f"reload: {detail}"}
+
+
 class PolicyGroup:
     """Several agents' policies served together (an export of ``policies.json``): each request
-    names the policy it asks, ``{"policy": "learner", "observations": [...]}``."""
+    names the policy it asks, ``{"policy": "learner", "observations": [...]}``. A reload loads the
+    source once and hands each service its policy."""
 
-    def __init__(self, services: dict[str, PolicyService]) -> None:
-        self.services = services
+    def __init__(
+        self,
+        services: dict[str, PolicyService],
+        reload_policies: Callable[[], dict[str, ServedPolicy]] | None = None,
+    ) -> None:
+        self.services, self.reload_policies = services, reload_policies
         first = next(iter(services.values()))
-        self.settings, self.metrics = first.settings, first.metrics  # one registry for all
+        self.settings, self.metrics, self.log = first.settings, first.metrics, first.log  # shared
+        self._reload_lock = asyncio.Lock()
 
-    def choose(self, body: bytes) -> PolicyService:
-        """The policy's service the request names; a RequestError for a missing or unknown one."""
-        names = list(self.services)
-        request = peek_request(
-            body, [s.policy.observations for s in self.services.values()], self.settings.max_batch_size
-        )
-        name = request.get("policy")
+    def parse(self, body: bytes) -> tuple[PolicyService, ActRequest]:
+        """The service of the policy the request names, and the checked request; a RequestError for
+        a missing or unknown policy. The body is parsed once, after the size check of any policy,
+        then held to the named policy's bounds."""
+        names, max_rows = list(self.services), self.settings.max_batch_size
+        request = peek_request(body, [s.policy.observations for s in self.services.values()], max_rows)
+        name = request.pop("policy", None)
         if name is None:
             raise RequestError(
                 422, "policy", f"missing; this server serves {', '.join(names)}", "missing_field"
             )
         if name not in self.services:
             raise RequestError(422, "policy", f"{name!r} is not one of: {', '.join(names)}", "unknown_policy")
-        return self.services[name]
+        service = self.services[name]
+        policy = service.policy
+        check_json_size(body, policy.observations, max_rows)
+        return service, act_request(request, policy.observations, max_rows, policy.sampling)
 
     def health(self) -> bytes:
         policies = {name: s.policy.spec.get("iteration") for name, s in self.services.items()}
@@ -219,13 +244,23 @@ class PolicyGroup:
 
     async def reload(self) -> tuple[int, dict[str, Any]]:
         """Reload every policy; the first failure's status, else 200 with each one's answer."""
-        answers = {}
-        for name, service in self.services.items():
-            status, answer = await service.reload()
-            if status != 200:
-                return status, {"error": f"{name}: {answer.get('error')}"}
-            answers[name] = answer
-        return 200, {"reloaded": True, "policies": answers}
+        if self.reload_policies is None:
+            return NO_SOURCE
+        async with self._reload_lock:
+            try:
+                loaded = await asyncio.to_thread(self.reload_policies)
+                missing = [name for name in self.services if name not in loaded]
+                if missing:
+                    raise UserError(f"the reloaded source has no policy '{missing[0]}'")
+            except Exception as exc:
+                return _reload_failed(exc, self.metrics, self.log)
+            answers = {}
+            for name, service in self.services.items():
+                status, answer = await service.reload(loaded[name])
+                if status != 200:
+                    return status, {"error": f"{name}: {answer.get('error')}"}
+                answers[name] = answer
+            return 200, {"reloaded": True, "policies": answers}
 
 
 def _refused(request: Request, token: str | None, metrics: ServeMetrics, route: str) -> Response | None:
@@ -258,15 +293,7 @@ def build_app(service: PolicyService | PolicyGroup) -> Starlette:
         try:
             check_content_type(request.headers.get("content-type", ""))
             body = await _read_body(request, settings.max_body_bytes)
-            target = service.choose(body)
-            policy = target.policy
-            parsed = parse_act_request(
-                body,
-                policy.observations,
-                settings.max_batch_size,
-                policy.sampling,
-                named=target is not service,
-            )
+            target, parsed = service.parse(body)
         except RequestError as error:
             return _error(error, metrics, "act")
         except ClientDisconnect:

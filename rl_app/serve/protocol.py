@@ -178,15 +178,18 @@ def peek_request(body: bytes, specs: list[ObservationSpec], max_rows: int) -> di
 
 
 def parse_act_request(
-    body: bytes, spec: ObservationSpec, max_rows: int, sampling: str | None = None, named: bool = False
+    body: bytes, spec: ObservationSpec, max_rows: int, sampling: str | None = None
 ) -> ActRequest:
     """The checked ``/v1/act`` request in ``body``, or a RequestError. ``sampling``: the served
-    policy's distribution (None: it serves deterministic actions only); ``named``: the server serves
-    several policies, and the request's ``policy`` field chose this one."""
+    policy's distribution (None: it serves deterministic actions only)."""
     check_json_size(body, spec, max_rows)
-    request = _parse_object(body)
-    if named:
-        request.pop("policy", None)
+    return act_request(_parse_object(body), spec, max_rows, sampling)
+
+
+def act_request(
+    request: dict[str, Any], spec: ObservationSpec, max_rows: int, sampling: str | None = None
+) -> ActRequest:
+    """The checked ``/v1/act`` request of a body's JSON object (see :func:`parse_act_request`)."""
     unknown = sorted(set(request) - set(FIELDS))
     if unknown:
         raise RequestError(422, unknown[0], f"unknown field; allowed: {', '.join(FIELDS)}", "unknown_field")

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rl_app.errors import UserError, error_detail
-from rl_app.serve.app import PolicyGroup, PolicyService, ServeSettings, build_app
+from rl_app.serve.app import PolicyGroup, PolicyService, ServeMetrics, ServeSettings, build_app
 from rl_app.serve.connections import (
     BoundedShutdownServer,
     ConnectionLimits,
@@ -103,31 +103,27 @@ def _log(line: str) -> None:
 def _service(
     source: Callable[[], ServedPolicy | dict[str, ServedPolicy]], settings: ServeSettings
 ) -> PolicyService | PolicyGroup:
-    """One policy's service, or, for several agents' policies, a group of them whose reloads load
-    the source again and take their own policy from it."""
+    """One policy's service, or, for several agents' policies, a group of them whose reload loads
+    the source once for all."""
     loaded = source()
     if isinstance(loaded, ServedPolicy):
         return PolicyService(loaded, settings, reload_policy=lambda: _one(source()), log=_log)
-    first = None
-    services = {}
-    for name, policy in loaded.items():
-
-        def reload_one(name: str = name) -> ServedPolicy:
-            fresh = source()
-            if not isinstance(fresh, dict) or name not in fresh:
-                raise UserError(f"the reloaded source has no policy '{name}'")
-            return fresh[name]
-
-        services[name] = PolicyService(
-            policy, settings, reload_policy=reload_one, log=_log, metrics=first.metrics if first else None
-        )
-        first = first or services[name]
-    return PolicyGroup(services)
+    metrics = ServeMetrics()  # one registry for every policy's requests
+    services = {
+        name: PolicyService(policy, settings, log=_log, metrics=metrics) for name, policy in loaded.items()
+    }
+    return PolicyGroup(services, reload_policies=lambda: _several(source()))
 
 
 def _one(loaded: ServedPolicy | dict[str, ServedPolicy]) -> ServedPolicy:
     if isinstance(loaded, dict):
         raise UserError("the reloaded source holds several agents' policies now; restart the server")
+    return loaded
+
+
+def _several(loaded: ServedPolicy | dict[str, ServedPolicy]) -> dict[str, ServedPolicy]:
+    if not isinstance(loaded, dict):
+        raise UserError("the reloaded source holds one policy now; restart the server")
     return loaded
 
 
