@@ -97,6 +97,8 @@ def ended_episodes(state: dict[str, Any]) -> tuple[list[float], list[int]]:
         ("sac_pendulum", EXPLORING, ()),  # squashed Gaussian, unsquashed to the bounds, truncated episodes
         ("sac_pendulum", GREEDY, ()),
         ("ppo_catch", MIXED, ()),
+        # uint8 frames from ale-py's vector env (C++ threads); one env, so that a game ends
+        ("ppo_pong", MIXED, ("env_runners.num_envs_per_env_runner=1",)),
     ],
 )
 def test_same_weights_and_seeds_give_rllibs_episodes_and_metrics(

@@ -19,6 +19,8 @@ class ResourcePlan:
     num_envs_per_env_runner: int
     num_learners: int
     num_gpus_per_learner: float
+    # Threads each runner may step a threaded vector env in (ale-py's): its share of the cores.
+    env_threads: int = 1
 
     @property
     def learner_device(self) -> str:
@@ -100,6 +102,9 @@ def plan_resources(experiment: ExperimentConfig, num_cpus: int, num_gpus: float)
     num_learners = experiment.learners.num_learners
     if use_gpu and num_learners > num_gpus:
         raise UserError(f"learners.num_learners={num_learners} needs that many GPUs ({num_gpus} visible)")
+    # A synchronous algorithm samples while its learner waits, so the runners share every core; an
+    # asynchronous one learns meanwhile, on a core of its own.
+    sampling_cpus = num_cpus - (1 if algorithm_spec(experiment.algorithm).asynchronous_sampling else 0)
     return ResourcePlan(
         num_cpus=num_cpus,
         num_gpus=num_gpus,
@@ -107,6 +112,7 @@ def plan_resources(experiment: ExperimentConfig, num_cpus: int, num_gpus: float)
         num_envs_per_env_runner=runners.num_envs_per_env_runner,
         num_learners=num_learners,
         num_gpus_per_learner=min(1.0, num_gpus) if use_gpu else 0,
+        env_threads=max(1, min(runners.num_envs_per_env_runner, sampling_cpus // max(1, num_env_runners))),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -132,8 +133,17 @@ class LearnersSection(Section):
     device: Literal["auto", "cpu", "gpu"] = Field("auto", description="'auto': GPU if visible.")
 
 
-# One conv layer as RLlib writes it: [out_channels, kernel, stride], kernel an int or [h, w].
-ConvFilter: TypeAlias = tuple[PositiveInt, PositiveInt | tuple[PositiveInt, PositiveInt], PositiveInt]
+def _padded(layer: Any) -> Any:
+    """RLlib's default padding, written out: a layer of three items pads "same"."""
+    return [*layer, "same"] if isinstance(layer, list | tuple) and len(layer) == 3 else layer
+
+
+# One conv layer as RLlib writes it: [out_channels, kernel, stride, padding], kernel an int or
+# [h, w], padding "same" (RLlib's default when left out) or "valid".
+ConvFilter: TypeAlias = Annotated[
+    tuple[PositiveInt, PositiveInt | tuple[PositiveInt, PositiveInt], PositiveInt, Literal["same", "valid"]],
+    BeforeValidator(_padded),
+]
 
 
 class ModelSection(Section):
@@ -150,7 +160,9 @@ class ModelSection(Section):
     fusionnet_hiddens: list[PositiveInt] | None = None
     fusionnet_activation: Activation | None = None
     conv_filters: list[ConvFilter] | None = Field(
-        None, description="CNN for image observations: [[channels, kernel, stride], ...] (RLlib's form)."
+        None,
+        description="CNN for image observations: [[channels, kernel, stride(, 'same'|'valid')], ...] "
+        "(RLlib's form; padding 'same' unless said).",
     )
     conv_activation: Activation | None = None
     use_lstm: bool | None = Field(

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         has_training_only_wrappers,
         make_env,
         make_native_vector_env,
+        native_vector_env,
         observation_space,
     )
     from rl_app.envs.wrappers import WRAPPERS, check_wrapper
@@ -37,6 +38,7 @@ _SOURCES = {
     "has_training_only_wrappers": "factory",
     "make_env": "factory",
     "make_native_vector_env": "factory",
+    "native_vector_env": "factory",
     "observation_space": "factory",
     "WRAPPERS": "wrappers",
     "check_wrapper": "wrappers",
@@ -54,6 +56,7 @@ __all__ = [
     "has_training_only_wrappers",
     "make_env",
     "make_native_vector_env",
+    "native_vector_env",
     "observation_space",
 ]
 

@@ -3,12 +3,19 @@
 What DQN's and every later Atari paper's agents see, as in RL Zoo's ``AtariWrapper`` and RLlib's
 ``wrap_atari_for_new_api_stack``: up to 30 no-ops after reset, the action repeated on 4 frames
 (max-pooled over the last two), 84x84 grayscale, FIRE after reset where the game needs it, and 4
-frames stacked on the last axis (channels-last, as RLlib's CNN encoder reads them). The frames
-stay uint8; the model scales them (:mod:`rl_app.rllib.pixels`).
+frames stacked on the last axis (channels-last, as RLlib's CNN encoder reads them), zeros before
+the first. The frames stay uint8; the model scales them (:mod:`rl_app.rllib.pixels`).
 
 Two parts are for training only: the episode ends on the loss of a life (the game itself goes
 on) and rewards are clipped to their sign. Evaluation, ``rl_app evaluate`` and videos play the
 real game and report its real score.
+
+The runners step the same preprocessing in ale-py's ``AtariVectorEnv`` (:func:`make_vector_env`):
+the emulators, frame skip, resize and stack in C++ threads, EnvPool's design, one call per vector
+step. Each step's frames equal the Python path's bit for bit (tests/test_atari_native.py). Two
+differences at the edges of episodes: at reset it presses FIRE for one frame before its no-ops (the
+Python path presses FIRE then action 2, one skipped step each, after them), and after a lost life
+the frame stack runs on rather than restarting from zeros.
 """
 
 from __future__ import annotations
@@ -88,8 +95,8 @@ class StackFrames(gym.ObservationWrapper):
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
-        self.stack[...] = obs
-        return self.stack.copy(), info
+        self.stack[...] = 0  # as ale-py's vector env and SB3's VecFrameStack start a stack
+        return self.observation(obs), info
 
     def observation(self, observation: Any) -> Any:
         self.stack[..., :-1] = self.stack[..., 1:].copy()
@@ -107,6 +114,7 @@ def atari(
     frame_stack: int = 4,
     terminal_on_life_loss: bool = True,
     clip_reward: bool = True,
+    fire_reset: bool = True,
     evaluation: bool = False,
 ) -> gym.Env:
     """Wrap an ALE env (made with ``frameskip: 1``) in the standard preprocessing.
@@ -130,7 +138,7 @@ def atari(
     )
     if terminal_on_life_loss and not evaluation:
         env = EpisodicLife(env)
-    if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
+    if fire_reset and "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
         env = FireReset(env)
     if clip_reward and not evaluation:
         env = gym.wrappers.TransformReward(env, lambda reward: float(np.sign(float(reward))))
@@ -139,3 +147,79 @@ def atari(
 
 # The factory passes evaluation=True to this wrapper outside training.
 atari.takes_evaluation_flag = True  # type: ignore[attr-defined]
+
+
+# The ALE env's own options that ale-py's vector env takes under the same names; an experiment
+# setting any other (mode, difficulty, obs_type) keeps the Python path.
+NATIVE_ENV_OPTIONS = ("repeat_action_probability", "full_action_space", "max_num_frames_per_episode")
+
+
+def native_options(
+    env_id: str, env_config: dict[str, Any], preset: dict[str, Any], *, evaluation: bool
+) -> dict[str, Any] | None:
+    """``AtariVectorEnv``'s keyword arguments for ``env_id`` with ``env_config`` under the ``atari``
+    preset's ``preset`` arguments, or None where it cannot play that env as the Python path would.
+
+    The life-loss terminal becomes ``life_loss_info``: terminated is reported and the game goes on,
+    as :class:`EpisodicLife` does. (ale-py's ``episodic_life`` would restart the game at every lost
+    life, so an agent would never see its later lives.)
+    """
+    spec = gym.envs.registry.get(env_id)
+    if spec is None or "game" not in spec.kwargs:
+        return None
+    options = {**spec.kwargs, **env_config}
+    if options.pop("frameskip", None) != 1 or set(options) - {"game", *NATIVE_ENV_OPTIONS}:
+        return None
+    defaults = _defaults(atari)
+    if set(preset) - set(defaults) or "evaluation" in preset:
+        return None
+    settings = {**defaults, **preset}
+    training = not evaluation
+    return {
+        "game": options.pop("game"),
+        **options,
+        "noop_max": settings["noop_max"],
+        "frameskip": settings["frame_skip"],
+        "img_height": settings["screen_size"],
+        "img_width": settings["screen_size"],
+        "stack_num": settings["frame_stack"],
+        "grayscale": True,
+        "maxpool": True,
+        "use_fire_reset": settings["fire_reset"],
+        "episodic_life": False,
+        "life_loss_info": settings["terminal_on_life_loss"] and training,
+        "reward_clipping": settings["clip_reward"] and training,
+    }
+
+
+def _defaults(function: Any) -> dict[str, Any]:
+    import inspect
+
+    return {
+        name: p.default
+        for name, p in inspect.signature(function).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+
+
+class ChannelsLast(gym.vector.VectorObservationWrapper):
+    """ale-py's stacked frames (envs, stack, H, W) as the Python path gives them: (envs, H, W, stack),
+    a fresh array each step (episodes keep every observation; the emulator reuses its buffers)."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        stack, height, width = env.single_observation_space.shape
+        self.single_observation_space = gym.spaces.Box(0, 255, (height, width, stack), np.uint8)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
+
+    def observations(self, observations: Any) -> Any:
+        return np.ascontiguousarray(observations.transpose(0, 2, 3, 1))
+
+
+def make_vector_env(num_envs: int, options: dict[str, Any], threads: int) -> Any:
+    """``num_envs`` ALE envs stepped together by ale-py in ``threads`` C++ threads
+    (``options`` from :func:`native_options`)."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    quiet_ale()
+    return ChannelsLast(AtariVectorEnv(num_envs=num_envs, num_threads=max(1, threads), **options))

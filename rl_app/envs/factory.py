@@ -108,27 +108,67 @@ def make_env(
     return instance
 
 
-def has_native_vector_env(env: EnvSection) -> bool:
-    """Whether ``env`` is a Gymnasium id with a vectorized implementation of its own (a
-    ``vector_entry_point``, e.g. CartPole's) and no declared wrappers, which it could not take."""
-    if ":" in env.id or env.wrappers:
-        return False
+def _native_atari_options(env: EnvSection, evaluation: bool) -> dict[str, Any] | None:
+    """ale-py's vector env options for an ALE id whose one wrapper is the ``atari`` preset."""
+    if not env.id.startswith("ALE/") or not env.wrappers or len(env.wrappers) != 1:
+        return None
+    (wrapper,) = env.wrappers
+    if wrapper.name != "atari":
+        return None
+    from rl_app.envs.atari import native_options
+
+    _register_namespace(env.id)
+    return native_options(env.id, dict(env.config), dict(wrapper.kwargs), evaluation=evaluation)
+
+
+def native_vector_env(env: EnvSection) -> str | None:
+    """The vectorized implementation of its own that ``env`` has, named as the start prints it, or
+    None (the runners then step Gymnasium's SyncVectorEnv of single envs): ale-py's
+    ``AtariVectorEnv`` for an ALE id under the ``atari`` preset alone, or the env's
+    ``vector_entry_point`` (CartPole's numpy vector env) for an id without wrappers."""
+    if ":" in env.id:
+        return None
+    if _native_atari_options(env, evaluation=False) is not None:
+        return "ale-py's AtariVectorEnv"
+    if env.wrappers or env.id.startswith("ALE/"):
+        # ALE's registered vector entry point preprocesses its frames (84x84 grayscale, stacked),
+        # which the single env it stands for does not.
+        return None
     import gymnasium
 
     _register_namespace(env.id)
     spec = gymnasium.envs.registry.get(env.id)
-    return spec is not None and spec.vector_entry_point is not None
+    return f"{env.id}'s own vector env" if spec is not None and spec.vector_entry_point is not None else None
 
 
-def make_native_vector_env(env: EnvSection, num_envs: int, config: Mapping[str, Any] | None = None) -> Any:
-    """``num_envs`` copies of ``env`` as its own vector env (see :func:`has_native_vector_env`)."""
+def has_native_vector_env(env: EnvSection) -> bool:
+    """Whether ``env`` has a vectorized implementation of its own (see :func:`native_vector_env`)."""
+    return native_vector_env(env) is not None
+
+
+def make_native_vector_env(
+    env: EnvSection,
+    num_envs: int,
+    config: Mapping[str, Any] | None = None,
+    *,
+    evaluation: bool = False,
+    threads: int = 1,
+) -> Any:
+    """``num_envs`` copies of ``env`` as its own vector env (see :func:`native_vector_env`);
+    ``evaluation`` leaves out the training-only parts as :func:`make_env` does, ``threads`` is how
+    many threads ale-py's vector env steps its emulators in."""
+    kwargs = dict(env.config if config is None else config)
+    atari_options = _native_atari_options(env.model_copy(update={"config": kwargs}), evaluation)
+    if atari_options is not None:
+        from rl_app.envs.atari import make_vector_env
+
+        return make_vector_env(num_envs, atari_options, threads)
     import gymnasium
 
-    kwargs = dict(env.config if config is None else config)
     return gymnasium.make_vec(env.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
 
 
-def _create(env_data: dict[str, Any], evaluation: bool, env_config: Mapping[str, Any]) -> Any:
+def _create(env_data: dict[str, Any], evaluation: bool, threads: int, env_config: Mapping[str, Any]) -> Any:
     from rl_app.envs.multi_agent import is_multi_agent_env, make_multi_agent_env
 
     env, config = EnvSection.model_validate(env_data), dict(env_config)
@@ -136,17 +176,20 @@ def _create(env_data: dict[str, Any], evaluation: bool, env_config: Mapping[str,
         return make_multi_agent_env(env, config=config)
     num_envs = config.pop("num_envs", None)  # RLlib asks for a whole vector env (vector_entry_point mode)
     if num_envs is not None:
-        return make_native_vector_env(env, num_envs, config)
+        return make_native_vector_env(env, num_envs, config, evaluation=evaluation, threads=threads)
     return make_env(env, config=config, evaluation=evaluation)
 
 
-def env_creator(env: EnvSection, evaluation: bool = False) -> Callable[[Mapping[str, Any]], Any]:
+def env_creator(
+    env: EnvSection, evaluation: bool = False, threads: int = 1
+) -> Callable[[Mapping[str, Any]], Any]:
     """An env creator in RLlib's form (``creator(env_config) -> env``) that calls :func:`make_env`,
-    or, given ``num_envs`` in the config, :func:`make_native_vector_env`.
+    or, given ``num_envs`` in the config, :func:`make_native_vector_env` (in ``threads`` threads
+    where it steps them in threads).
 
     It holds the section as plain data, so it pickles to remote env runners.
     """
-    return functools.partial(_create, env.model_dump(mode="json"), evaluation)
+    return functools.partial(_create, env.model_dump(mode="json"), evaluation, threads)
 
 
 def has_training_only_wrappers(env: EnvSection) -> bool:

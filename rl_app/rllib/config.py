@@ -41,13 +41,14 @@ def _config_class(spec: AlgorithmSpec) -> type[AlgorithmConfig]:
     return config_class
 
 
-def registered_env(env: EnvSection, evaluation: bool = False) -> str:
+def registered_env(env: EnvSection, evaluation: bool = False, threads: int = 1) -> str:
     """Register the experiment's env with Tune under a name RLlib can use, and return that name.
 
     Every env reaches RLlib through :func:`rl_app.envs.make_env` (with the declared
     wrappers), as it reaches evaluation and export. The name includes the wrappers, so
     two experiments on one id with different wrappers never share a creator, and says
-    whether it is the evaluation variant (no training-only wrappers).
+    whether it is the evaluation variant (no training-only wrappers). ``threads``: how many threads
+    a runner may step ale-py's vector env in.
     """
     from ray.tune.registry import register_env
 
@@ -61,7 +62,7 @@ def registered_env(env: EnvSection, evaluation: bool = False) -> str:
     )
     if evaluation:
         name += ":evaluation"
-    register_env(name, env_creator(env, evaluation=evaluation))
+    register_env(name, env_creator(env, evaluation=evaluation, threads=threads))
     return name
 
 
@@ -312,7 +313,10 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     config = (
         _config_class(spec)()
         .framework("torch")
-        .environment(env=registered_env(experiment.env), env_config=dict(experiment.env.config))
+        .environment(
+            env=registered_env(experiment.env, threads=plan.env_threads),
+            env_config=dict(experiment.env.config),
+        )
         .env_runners(
             env_runner_cls=env_runner_class(
                 runners.restart_failed_envs,
@@ -400,7 +404,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     evaluation = experiment.evaluation
     if evaluation.interval:
         evaluation_env = (
-            {"env": registered_env(experiment.env, evaluation=True)}
+            {"env": registered_env(experiment.env, evaluation=True, threads=plan.env_threads)}
             if has_training_only_wrappers(experiment.env)
             else {}
         )
@@ -425,12 +429,18 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
 def describe_rllib_setup(experiment: ExperimentConfig, plan: ResourcePlan) -> str:
     """The Resources line's word on RLlib: which of rl_app's parts run (and why not the others),
     and whether the runners step the env's own vector env."""
+    from rl_app.envs import native_vector_env
     from rl_app.rllib.accel import plan_acceleration
 
     text = plan_acceleration(experiment, plan).describe()
     if experiment.offline is not None:
         text += f"; learns from {experiment.offline.input} through Ray Data, the env only evaluates"
-    return f"{text}; {experiment.env.id}'s own vector env" if vectorizes_natively(experiment) else text
+    if not vectorizes_natively(experiment):
+        return text
+    vector_env = native_vector_env(experiment.env)
+    if vector_env == "ale-py's AtariVectorEnv":
+        vector_env += f" ({plan.env_threads} thread{'s' if plan.env_threads != 1 else ''} a runner)"
+    return f"{text}; {vector_env}"
 
 
 def resolved_settings(

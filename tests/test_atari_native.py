@@ -1,0 +1,149 @@
+"""ale-py's native vector env against the Python path of the ``atari`` preset: chosen for the same
+experiments, the same spaces, the same frames, rewards and episode ends for one action sequence, in
+training (life-loss terminals, clipped rewards) and in evaluation (neither)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rl_app.cluster.resources import plan_resources
+from rl_app.config import load_experiment
+from rl_app.config.schema import EnvSection
+from rl_app.envs import make_env, make_native_vector_env, native_vector_env
+from rl_app.rllib.config import describe_rllib_setup, vectorizes_natively
+
+# Deterministic on both paths: no sticky actions, no random no-ops. FIRE at reset is left out
+# here because the two paths press it differently (see rl_app.envs.atari); it is checked below.
+BREAKOUT = {
+    "id": "ALE/Breakout-v5",
+    "config": {"frameskip": 1, "repeat_action_probability": 0.0},
+    "wrappers": [{"atari": {"noop_max": 0, "fire_reset": False}}],
+}
+
+
+def section(**changes: Any) -> EnvSection:
+    return EnvSection.model_validate({**BREAKOUT, **changes})
+
+
+def test_the_atari_preset_alone_on_an_ale_id_steps_ale_pys_vector_env() -> None:
+    assert native_vector_env(section()) == "ale-py's AtariVectorEnv"
+    assert native_vector_env(EnvSection.model_validate({**BREAKOUT, "wrappers": ["atari"]})) is not None
+    # Anything ale-py's vector env could not play as the Python path does keeps the Python path.
+    assert native_vector_env(section(wrappers=["atari", {"time_limit": {"max_episode_steps": 100}}])) is None
+    assert native_vector_env(section(config={"frameskip": 1, "mode": 0})) is None
+    assert native_vector_env(section(config={"frameskip": 4})) is None  # the preset refuses it anyway
+    assert native_vector_env(EnvSection.model_validate({"id": "ALE/Breakout-v5"})) is None
+    pong = load_experiment("ppo_pong").config
+    assert vectorizes_natively(pong)
+    assert not vectorizes_natively(load_experiment("ppo_pong", ["env_runners.vectorize=sync"]).config)
+    plan = plan_resources(pong, 2, 0)
+    assert plan.num_env_runners == 0 and plan.env_threads == 2  # sampling on the driver: both cores
+    assert describe_rllib_setup(pong, plan).endswith("; ale-py's AtariVectorEnv (2 threads a runner)")
+    impala = load_experiment("impala_pong").config  # learns while it samples: a core for the learner
+    assert plan_resources(impala, 2, 0).env_threads == 1
+
+
+@pytest.mark.parametrize("evaluation", [False, True], ids=["training", "evaluation"])
+def test_native_frames_rewards_and_episode_ends_equal_the_python_paths(evaluation: bool) -> None:
+    """One fixed action sequence through several games of Breakout (five lives each): every stacked
+    observation, reward, terminated and truncated flag equal, bit for bit. After an episode ends,
+    the Python path resets (after a lost life in training: one NOOP step, the game going on) and
+    the native env resets itself on the next step, which takes NOOP here. The frame stack after a
+    lost life is the one difference (see rl_app.envs.atari): there the newest frame is compared."""
+    python = make_env(section(), evaluation=evaluation)
+    native = make_native_vector_env(section(), 1, evaluation=evaluation)
+    try:
+        assert native.single_observation_space == python.observation_space
+        assert native.single_observation_space == gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+        assert native.single_action_space == python.action_space
+        expected, _ = python.reset(seed=0)
+        observations, _ = native.reset(seed=0)
+        np.testing.assert_array_equal(observations[0], expected)
+        actions = np.random.default_rng(0).integers(0, 4, 1500)
+        ends, game_overs, lost_life, rewards = 0, 0, False, []
+        ended = False
+        for step, action in enumerate(actions):
+            action = 0 if ended else int(action)
+            observations, reward, terminated, truncated, infos = native.step(np.array([action]))
+            if ended:
+                expected, _ = python.reset()
+                lost_life = python.unwrapped.ale.lives() < 5  # type: ignore[attr-defined]
+                assert not terminated[0] and reward[0] == 0  # the native env's own reset step
+            else:
+                expected, expected_reward, *expected_ends, _ = python.step(action)
+                assert float(reward[0]) == expected_reward, step
+                assert [bool(terminated[0]), bool(truncated[0])] == expected_ends, step
+                rewards.append(expected_reward)
+            if lost_life:
+                np.testing.assert_array_equal(observations[0][..., -1], expected[..., -1], err_msg=str(step))
+            else:
+                np.testing.assert_array_equal(observations[0], expected, err_msg=str(step))
+            ended = bool(terminated[0] or truncated[0]) and not ended
+            if ended:
+                ends += 1
+                game_overs += int(infos["lives"][0] == 0)
+                lost_life = False
+        assert game_overs >= 2, "the sequence must reach the reset of a whole game twice"
+        if evaluation:
+            assert ends == game_overs  # the real game: an episode is a whole game
+        else:
+            assert ends > 3 * game_overs  # an episode per life
+        assert sum(rewards) >= 3, "some bricks must be hit for the rewards to be compared"
+    finally:
+        python.close()
+        native.close()
+
+
+def test_training_clips_rewards_and_evaluation_keeps_them() -> None:
+    """The top rows of Breakout score 4 and 7 (where a ball goes after breaking through): the
+    training env reports the sign, the evaluation env the score, on the same emulator states."""
+    from rl_app.envs.factory import _native_atari_options
+
+    training = _native_atari_options(section(), evaluation=False)
+    evaluation = _native_atari_options(section(), evaluation=True)
+    assert training is not None and evaluation is not None
+    assert training["reward_clipping"] and training["life_loss_info"] and not training["episodic_life"]
+    assert not evaluation["reward_clipping"] and not evaluation["life_loss_info"]
+    assert {k: v for k, v in training.items() if k not in ("reward_clipping", "life_loss_info")} == {
+        k: v for k, v in evaluation.items() if k not in ("reward_clipping", "life_loss_info")
+    }
+    # The shipped preset's options reach ale-py as the Python path applies them.
+    shipped = _native_atari_options(load_experiment("ppo_pong").config.env, evaluation=False)
+    assert shipped is not None
+    assert {
+        k: shipped[k]
+        for k in ("game", "noop_max", "frameskip", "img_height", "stack_num", "repeat_action_probability")
+    } == {
+        "game": "pong",
+        "noop_max": 30,
+        "frameskip": 4,
+        "img_height": 84,
+        "stack_num": 4,
+        "repeat_action_probability": 0.0,
+    }
+    # ALE's own default for v5 ids (sticky actions 0.25) holds where the experiment sets none.
+    defaulted = _native_atari_options(section(config={"frameskip": 1}), evaluation=False)
+    assert defaulted is not None and defaulted["repeat_action_probability"] == 0.25
+
+
+def test_fire_at_reset_starts_breakout_on_both_paths() -> None:
+    """Breakout stands still until FIRE: with the preset's FIRE at reset, a policy that never
+    presses it still sees the ball move, on each path."""
+    for make in (
+        lambda s: make_env(s),
+        lambda s: make_native_vector_env(s, 1),
+    ):
+        env = make(section(wrappers=[{"atari": {"noop_max": 0}}]))
+        try:
+            first, _ = env.reset(seed=0)
+            moved = False
+            for _ in range(30):
+                obs = env.step(np.array([0]) if hasattr(env, "num_envs") else 0)[0]
+                moved |= not np.array_equal(obs, first)
+            assert moved
+        finally:
+            env.close()
