@@ -20,10 +20,12 @@ from rl_app.training.run import train
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # Their full-budget targets (Pong: 10M steps) are a cluster's job; their proof on a CPU is the
-# pipeline test (tests/test_workloads.py), and the pixel learning proof is ppo_minatar_breakout.
+# pipeline test (tests/test_workloads.py); the pixel learning proofs are ppo_minatar_breakout and
+# ppo_breakout.
 CLUSTER_BUDGETS = {"ppo_pong", "impala_pong"}
-# Judged on more than a return: their proof is bench/multi_agent.py (make bench-multi-agent).
-OTHER_PROOFS = {"ppo_simple_spread", "ppo_tictactoe_selfplay"}
+# Judged on more than a return: their proof is bench/multi_agent.py (make bench-multi-agent), and
+# ppo_breakout's an hour of training, bench/atari_learning.py (make bench-learning-atari).
+OTHER_PROOFS = {"ppo_simple_spread", "ppo_tictactoe_selfplay", "ppo_breakout"}
 
 
 def main(names: list[str]) -> int:

@@ -394,6 +394,11 @@ CASES = {
         ["show", "bad"],
         ["model.conv_filters[0][2]"],
     ),
+    "conv filter with an unknown padding": (
+        GOOD + "model: {conv_filters: [[32, 8, 4, full]]}\n",
+        ["show", "bad"],
+        ["model.conv_filters[0][3]", "'same'", "'valid'", "'full'"],
+    ),
     "unknown observation filter": (
         GOOD + "env_runners: {observation_filter: Norm}\n",
         ["train", "bad"],

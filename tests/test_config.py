@@ -109,4 +109,8 @@ def test_every_shipped_experiment_validates(shipped: Path) -> None:
             targets = bench_module("multi_agent.py").TARGETS
             assert name in targets, f"{name} must state its target in bench/multi_agent.py"
             continue
+        if name == bench_module("atari_learning.py").EXPERIMENT:
+            # Its target is a score after an hour on this machine, not a return to stop at.
+            assert bench_module("atari_learning.py").TARGET > 0
+            continue
         assert loaded.config.stop.return_ is not None, f"{name} must state the return it reaches"
