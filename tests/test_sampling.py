@@ -39,6 +39,7 @@ def episode_data(episode: Any) -> dict[str, Any]:
     return {
         "id": episode.id_,
         "t_started": episode.t_started,
+        "observation_space": episode.observation_space,
         "len": len(episode),
         "terminated": episode.is_terminated,
         "truncated": episode.is_truncated,
@@ -99,6 +100,8 @@ def ended_episodes(state: dict[str, Any]) -> tuple[list[float], list[int]]:
         ("ppo_catch", MIXED, ()),
         # uint8 frames from ale-py's vector env (C++ threads); one env, so that a game ends
         ("ppo_pong", MIXED, ("env_runners.num_envs_per_env_runner=1",)),
+        # RLlib's MeanStdFilter connector, its statistics compared too; one env, so that an episode ends
+        ("ppo_halfcheetah", [True] * 4, ("env_runners.num_envs_per_env_runner=1",)),
     ],
 )
 def test_same_weights_and_seeds_give_rllibs_episodes_and_metrics(
@@ -108,10 +111,11 @@ def test_same_weights_and_seeds_give_rllibs_episodes_and_metrics(
 
     ours, theirs = runner_pair(experiment, overrides)
     ids: dict[str, str] = {}
-    continued = False
+    continued, sampled = False, 0
     for call, explore in enumerate(calls):
         torch.manual_seed(call)
         mine = ours.sample(num_timesteps=282, explore=explore)
+        sampled += sum(len(e) for e in mine)
         torch.manual_seed(call)
         other = theirs.sample(num_timesteps=282, explore=explore)
         assert_same_episodes(mine, other, ids)
@@ -121,10 +125,13 @@ def test_same_weights_and_seeds_give_rllibs_episodes_and_metrics(
     for key in EPISODE_METRICS:
         assert my_metrics[key].peek() == their_metrics[key].peek(), key
     assert my_metrics["num_episodes"].peek() > 0
-    assert (
-        ours.get_state()["num_env_steps_sampled_lifetime"]
-        == theirs.get_state()["num_env_steps_sampled_lifetime"]
-    )
+    mine_state, their_state = ours.get_state(), theirs.get_state()
+    assert mine_state["num_env_steps_sampled_lifetime"] == their_state["num_env_steps_sampled_lifetime"]
+    # The env-to-module connectors' states: a MeanStdFilter's running statistics, where there is one.
+    np.testing.assert_equal(mine_state["env_to_module_connector"], their_state["env_to_module_connector"])
+    if "MeanStdFilter" in mine_state["env_to_module_connector"]:
+        (stats, *_) = mine_state["env_to_module_connector"]["MeanStdFilter"][None]["running_stats"]
+        assert stats["num_pushes"] > sampled  # every step's observation, and each reset's
 
 
 @pytest.mark.parametrize(
@@ -204,6 +211,7 @@ LONG_CALLS = [1, 7, 282, 282, 282, 3]  # 1 and 3: fewer steps than envs
     [
         ("dqn_cartpole", LONG_CALLS, ()),  # short episodes: many end inside a call
         ("sac_pendulum", LONG_CALLS, ()),  # truncated at 200 steps, continuous actions unsquashed
+        ("sac_pendulum", LONG_CALLS, ("env_runners.observation_filter=MeanStdFilter",)),  # filtered rows
         (  # every env fails 45 steps into its life: calls of 25 steps per env meet it
             "dqn_cartpole",
             [1, 7, 100, 100, 100, 3],
@@ -230,7 +238,8 @@ def test_transitions_are_the_steps_of_rllibs_episodes_in_their_order(
     # After an env failure RLlib's runner counts, of each episode ended since its last
     # get_metrics(), only the chunk of the call it ended in (its reset forgets the earlier
     # chunks); ours counts whole episodes (checked below against the buffer).
-    exact = ("num_env_steps_sampled", "num_episodes") if overrides else EPISODE_METRICS
+    failing = any("faulty_env" in override for override in overrides)
+    exact = ("num_env_steps_sampled", "num_episodes") if failing else EPISODE_METRICS
     # One buffer as large as the run, one that a call's rows overflow (both keep the newest steps).
     buffers = [
         (ArrayPrioritizedEpisodeReplayBuffer(size), ArrayPrioritizedEpisodeReplayBuffer(size))
@@ -258,8 +267,11 @@ def test_transitions_are_the_steps_of_rllibs_episodes_in_their_order(
     assert my_metrics["num_episodes"].peek() == len(returns) > 0
     assert my_metrics["episode_return_mean"].peek() == pytest.approx(np.mean(returns[-100:]))
     assert my_metrics["episode_len_mean"].peek() == pytest.approx(np.mean(lengths[-100:]))
-    if overrides:
+    if failing:
         assert my_metrics["num_env_step_failures"].peek() > 0
+    np.testing.assert_equal(
+        ours.get_state()["env_to_module_connector"], theirs.get_state()["env_to_module_connector"]
+    )
     assert buffers[0][0].add(ours.sample_transitions(0)) == 0
     # Back to episodes: the envs moved on under the transition path, so every episode starts afresh.
     torch.manual_seed(len(calls))
@@ -288,23 +300,31 @@ def test_experiments_it_does_not_fit_use_rllibs_runner_and_say_why(shipped: Path
         return plan_acceleration(load_experiment(name, overrides).config).off.get("runner")
 
     assert refusal("ppo_cartpole") is None and refusal("sac_halfcheetah") is None
+    assert refusal("ppo_halfcheetah") is None  # its MeanStdFilter is applied per vector step
     assert refusal("ppo_cartpole", "env_runners.runner=rllib") == "env_runners.runner: rllib"
-    assert refusal("ppo_halfcheetah") == "env_runners.observation_filter MeanStdFilter is an RLlib connector"
-    loaded = load_experiment("ppo_halfcheetah", ())
+    assert refusal("ppo_frozenlake") == "observations are not a Box"
+    loaded = load_experiment("ppo_frozenlake", ())
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     assert not issubclass(config.env_runner_cls, BatchedEnvRunner)
 
 
 def test_a_runner_with_connectors_of_its_own_falls_back_to_rllibs_sampling(shipped: Path) -> None:
-    """Built as ours by hand with a MeanStdFilter pipeline: it must sample as RLlib does."""
+    """Built as ours by hand with a connector it does not know (RLlib's FlattenObservations, which
+    leaves CartPole's flat observations as they are): it must sample as RLlib does, and say why."""
     import torch
+    from ray.rllib.connectors.env_to_module import FlattenObservations
 
-    ours, theirs = runner_pair("ppo_cartpole", ("env_runners.observation_filter=MeanStdFilter",))
+    loaded = load_experiment("ppo_cartpole", ("env_runners.num_envs_per_env_runner=4",))
+    config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
+    config.env_runners(env_to_module_connector=lambda env, spaces=None, device=None: [FlattenObservations()])
+    ours = env_runner_class(True, 20, fast=True)(config=config)
+    theirs = env_runner_class(True, 20, fast=False)(config=config)
+    theirs.set_state(ours.get_state())
     torch.manual_seed(0)
     mine = ours.sample(num_timesteps=60, explore=True)
     torch.manual_seed(0)
     assert_same_episodes(mine, theirs.sample(num_timesteps=60, explore=True), {})
-    assert ours._pipeline_refusal_found is not None and "MeanStdFilter" in ours._pipeline_refusal_found
+    assert ours._pipeline_refusal_found is not None and "FlattenObservations" in ours._pipeline_refusal_found
 
 
 def test_the_start_says_which_runner_samples(shipped: Path, tmp_path: Path, ray_session: None) -> None:

@@ -117,9 +117,10 @@ class EnvRunnersSection(Section):
     )
     vectorize: Literal["auto", "sync"] = Field(
         "auto",
-        description="'auto': the env's own vectorized implementation where Gymnasium has one and the "
-        "experiment declares no wrappers (CartPole: one numpy step for all envs); 'sync': Gymnasium's "
-        "SyncVectorEnv over single envs always. The two draw different start states for one seed.",
+        description="'auto': the env's own vectorized implementation where it has one: Gymnasium's for "
+        "an id without wrappers (CartPole: one numpy step for all envs), ale-py's AtariVectorEnv (C++ "
+        "threads) for an ALE id under the atari preset alone; 'sync': Gymnasium's SyncVectorEnv over "
+        "single envs always. The two draw different start states for one seed.",
     )
     observation_filter: Literal["MeanStdFilter"] | None = Field(
         None,

@@ -90,8 +90,6 @@ def _runner_refusal(experiment: Any) -> str | None:
     runners = experiment.env_runners
     if runners.runner == "rllib":
         return "env_runners.runner: rllib"
-    if runners.observation_filter is not None:
-        return f"env_runners.observation_filter {runners.observation_filter} is an RLlib connector"
     if not isinstance(observation_space(experiment.env), gym.spaces.Box):
         return "observations are not a Box"
     return None

@@ -20,6 +20,7 @@ from typing import Any, cast
 import numpy as np
 from ray.rllib.algorithms.sac.sac_catalog import SACCatalog
 from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
+from ray.rllib.connectors.env_to_module import MeanStdFilter
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.models.torch.encoder import TorchMLPEncoder
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
@@ -68,6 +69,10 @@ PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
     },
     ("ray.rllib.core.models.torch.encoder", "TorchMLPEncoder"): {
         "_forward": ("self", "inputs", "kwargs"),
+    },
+    # FilterEachObservation reads the connector's filters and its update switch (set in __init__).
+    ("ray.rllib.connectors.env_to_module.mean_std_filter", "MeanStdFilter"): {
+        "_init_new_filters": ("self",),
     },
     # ForwardHooks (action masking) overrides the forward passes RLlib's PPO-family modules run.
     ("ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module", "DefaultPPOTorchRLModule"): {
@@ -323,6 +328,14 @@ class EnvRunnerInternals(ResetSeed, SingleAgentEnvRunner):
     def has_state_server(self) -> bool:
         return self._env_runner_state_server is not None
 
+    def observation_filter(self) -> Any:
+        """The env-to-module pipeline's MeanStdFilter connector as :class:`FilterEachObservation`
+        (None without one)."""
+        for connector in cast(Any, self._env_to_module).connectors:
+            if isinstance(connector, MeanStdFilter):
+                return FilterEachObservation(connector, cast(Any, self._env_to_module).observation_space)
+        return None
+
     def connector_names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The class names of the env-to-module and module-to-env connector pipelines."""
         return (
@@ -400,6 +413,25 @@ def mark_episode_reset(episode: Any, reset_time: float, last_step_time: float | 
     episode._start_time = reset_time
     if last_step_time is not None:
         episode._last_step_time = last_step_time
+
+
+class FilterEachObservation:
+    """RLlib's MeanStdFilter connector applied to a vector step's observations as the connector
+    applies it to each episode's newest one: its own filter object, one observation at a time in env
+    order (the running statistics take them in that order), updating its statistics unless the
+    connector says not to. The statistics stay the connector's: RLlib merges them over the runners
+    and keeps them in checkpoints as before."""
+
+    def __init__(self, connector: MeanStdFilter, observation_space: Any) -> None:
+        self._connector = connector
+        self.observation_space = observation_space  # what the connector sets on each episode
+
+    def __call__(self, observations: np.ndarray) -> np.ndarray:
+        connector = cast(Any, self._connector)
+        if connector._filters is None:
+            connector._init_new_filters()
+        normalize, update = connector._filters[None], connector._update_stats
+        return np.stack([normalize(observation, update=update) for observation in observations])
 
 
 class EpisodeFactory:

@@ -58,8 +58,9 @@ from rl_app.rllib.env_runner import RLAppEnvRunner
 
 logger = logging.getLogger(__name__)
 
-# RLlib 2.60's default pipelines for a single-agent, stateless module; anything else (user
-# connectors, MeanStdFilter, frame stacking connectors) is RLlib's to run.
+# RLlib 2.60's default pipelines for a single-agent, stateless module, which may start with the
+# MeanStdFilter connector; anything else (user connectors, frame stacking connectors) is RLlib's to
+# run.
 DEFAULT_ENV_TO_MODULE = (
     "AddObservationsFromEpisodesToBatch",
     "AddTimeDimToBatchAndZeroPad",
@@ -79,6 +80,8 @@ DEFAULT_MODULE_TO_ENV = (
 
 def _pipeline_refusal(runner: Any) -> str | None:
     env_to_module, module_to_env = runner.connector_names()
+    if env_to_module[:1] == ("MeanStdFilter",):  # applied per vector step (FilterEachObservation)
+        env_to_module = env_to_module[1:]
     if env_to_module != DEFAULT_ENV_TO_MODULE or module_to_env != DEFAULT_MODULE_TO_ENV:
         return f"connectors other than RLlib's defaults ({env_to_module}, {module_to_env})"
     if not runner.config.episodes_to_numpy:
@@ -292,6 +295,8 @@ class BatchedEnvRunner(RLAppEnvRunner):
                 episodes = self._reset_open_episodes()
                 continue
             next_observations, rewards, terminateds, truncateds, _ = results
+            if self._observation_filter is not None:
+                next_observations = self._observation_filter(next_observations)
             stepped = ~episodes.resetting
             rows.add(stepped, episodes, actions, rewards, next_observations, terminateds, truncateds)
             ts += int(stepped.sum())
@@ -357,6 +362,8 @@ class BatchedEnvRunner(RLAppEnvRunner):
                 chunk_start = [0] * n
                 continue
             next_observations, rewards, terminateds, truncateds, infos = results
+            if self._observation_filter is not None:
+                next_observations = self._observation_filter(next_observations)
             s = steps.add(next_observations, actions, rewards, infos, out)
             stepped = ~resetting
             ts += int(stepped.sum())
@@ -448,9 +455,19 @@ class BatchedEnvRunner(RLAppEnvRunner):
         return episode
 
     @functools.cached_property
+    def _observation_filter(self) -> Any:
+        """The MeanStdFilter connector's step on whole vector steps, or None without one."""
+        return self.observation_filter()
+
+    @functools.cached_property
     def _array_episodes(self) -> EpisodeFactory:
         env: Any = self.env
-        return EpisodeFactory(env.single_observation_space, env.single_action_space)
+        observation_filter = self._observation_filter
+        # The filter connector gives each episode the space of the observations it wrote.
+        space = env.single_observation_space
+        if observation_filter is not None:
+            space = observation_filter.observation_space
+        return EpisodeFactory(space, env.single_action_space)
 
     def _placeholder(self) -> np.ndarray:
         env: Any = self.env
