@@ -19,7 +19,7 @@ STAMP := $(ENV_DIR)/.rl_app-installed
 LINT_PATHS := $(wildcard rl_app tests bench)
 PIN_FILES := requirements.txt requirements-envs.txt requirements-dev.txt environment.yml pyproject.toml
 
-.PHONY: bench-learning-atari bench-atari-speed bench-multi-agent bench-memory bench-offline offline-data record mlflow-ui test-cluster bench-solve bench-before-after bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
+.PHONY: bench-learning-atari bench-env-speed bench-multi-agent bench-memory bench-offline offline-data record mlflow-ui test-cluster bench-solve bench-before-after bench-scale bench-parity cluster-join help setup train resume sweep sweep-resume cluster-up cluster-down submit eval export runs report tensorboard show list lint format test test-fast bench bench-quick bench-learning bench-sweep bench-serve soak serve clean-env
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -139,7 +139,7 @@ bench: setup ## rl_app vs Stable-Baselines3 (PPO and DQN time to solve, held-out
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python bench/compare.py $(ARGS)
 	$(BIN)/python bench/learner.py
-	$(BIN)/python bench/atari_speed.py
+	$(BIN)/python bench/env_speed.py
 
 bench-quick: setup ## start-up, sampling, learner throughput and SAC training vs SB3 (~8 min)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
@@ -176,8 +176,8 @@ bench-multi-agent: setup ## ppo_simple_spread and ppo_tictactoe_selfplay on held
 bench-learning-atari: setup ## ppo_breakout for one hour of training on this machine, its curve and final score vs random (~70 min)
 	$(BIN)/python bench/atari_learning.py $(ARGS)
 
-bench-atari-speed: setup ## Pong steps/s: Python vector envs vs ale-py's native one, raw and under the runners (~10 min)
-	$(BIN)/python bench/atari_speed.py $(ARGS)
+bench-env-speed: setup ## steps/s raw and under the runners: Pong (Python vector envs vs ale-py's native one), HalfCheetah with its filter (~12 min)
+	$(BIN)/python bench/env_speed.py $(ARGS)
 
 bench-memory: setup ## ppo_stateless_cartpole with its LSTM vs without, held-out seeds 100-104 (~25 min)
 	$(BIN)/python bench/memory.py $(ARGS)

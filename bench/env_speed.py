@@ -1,17 +1,22 @@
-"""Atari sampling speed (make bench-atari-speed, part of make bench): Pong env steps/s on this
-machine's cores, raw and under the runners, for gymnasium's Python vector envs around the ``atari``
-preset and for ale-py's native ``AtariVectorEnv``.
+"""Sampling speed of the expensive envs (make bench-env-speed, part of make bench): env steps/s on
+this machine's cores, raw and under the runners, sampling on the driver as the experiment trains.
 
-Per width (the shipped 8 envs, and 32), each round measures in turn:
+Pong (``ppo_pong``, the ``atari`` preset), per width (the shipped 8 envs, and 32), each round in turn:
 - the Python path raw, random actions: ``SyncVectorEnv`` in this process and ``AsyncVectorEnv``
-  (one subprocess per core, shared memory), the better of the two being the Python ceiling;
-- the native env raw, random actions, in the threads a runner gets (the plan's ``env_threads``);
-- sampling on the driver as ``ppo_pong`` trains (its CNN choosing the actions): rl_app's runner on
-  the Python path (``vectorize: sync``), rl_app's runner on the native env, RLlib's runner on it.
+  (a subprocess per env, shared memory), the better of the two being the Python ceiling;
+- ale-py's native ``AtariVectorEnv`` raw, random actions, in the threads a runner gets (the plan's
+  ``env_threads``);
+- the experiment's CNN acting: rl_app's runner on the Python path (``vectorize: sync``), rl_app's
+  runner on the native env, RLlib's runner on it.
 
-Targets (issue 39, fixed before the runs), at each width: rl_app's runner on the native env at
-least 2x the Python ceiling, and at least 70 % of the native env's raw rate. Ratios are paired by
-round; medians with bootstrap 95 % intervals.
+HalfCheetah (``ppo_halfcheetah``, RLlib's MeanStdFilter connector), its 8 envs: the raw
+``SyncVectorEnv`` (MuJoCo has no vector env of its own), rl_app's runner (the filter applied per
+vector step), RLlib's runner.
+
+Targets (issue 39, fixed before the runs): Pong, at each width, rl_app's runner on the native env at
+least 2x the Python ceiling and at least 70 % of the native env's raw rate; HalfCheetah, rl_app's
+runner at least 50 % of the raw vector env. Ratios are paired by round; medians with bootstrap 95 %
+intervals.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from stats import interval_text, median_interval, paired_ratio
 EXPERIMENT = "ppo_pong"
 WIDTHS = (8, 32)
 TARGETS = {"native_sampler_vs_python_ceiling": 2.0, "native_sampler_vs_native_raw": 0.70}
+FILTERED = "ppo_halfcheetah"
+FILTERED_TARGET = 0.50
 SAMPLERS = {
     "rl_app_python": ["env_runners.vectorize=sync"],
     "rl_app_native": [],
@@ -68,9 +75,10 @@ def raw_rates(width: int, steps: int, threads: int) -> dict[str, float]:
     }
 
 
-def sampler_rate(overrides: list[str], width: int, steps: int) -> float:
+def sampler_rate(experiment: str, overrides: list[str], width: int, steps: int) -> float:
+    """Env steps/s of the experiment's runner on the driver, its model acting (no learning)."""
     algo = build_experiment_algo(
-        EXPERIMENT,
+        experiment,
         [
             "env_runners.num_env_runners=0",
             "evaluation.interval=0",
@@ -108,7 +116,7 @@ def measure(rounds: int, steps: int) -> dict[str, Any]:
             for round_ in range(rounds):
                 row = raw_rates(width, steps, threads)
                 for name, overrides in SAMPLERS.items():
-                    row[name] = sampler_rate(overrides, width, steps)
+                    row[name] = sampler_rate(EXPERIMENT, overrides, width, steps)
                 row["python_ceiling"] = max(row["python_sync"], row["python_async"])
                 rates = ", ".join(f"{k} {v:,.0f}" for k, v in row.items())
                 print(f"{width} envs, round {round_ + 1}: {rates}", flush=True)
@@ -134,9 +142,47 @@ def measure(rounds: int, steps: int) -> dict[str, Any]:
                     )
                 },
             }
+        filtered = measure_filtered(rounds, steps)
     finally:
         shutdown_ray(local=True)
-    return widths
+    return {"pong": widths, "halfcheetah": filtered}
+
+
+def measure_filtered(rounds: int, steps: int) -> dict[str, Any]:
+    """HalfCheetah with RLlib's MeanStdFilter: the raw vector env against both runners."""
+    import gymnasium
+
+    from rl_app.config import load_experiment
+    from rl_app.envs import make_env
+    from rl_app.rllib.accel import plan_acceleration
+
+    config = load_experiment(FILTERED).config
+    width = config.env_runners.num_envs_per_env_runner
+    assert plan_acceleration(config).uses("runner"), "ppo_halfcheetah must sample with rl_app's runner"
+    rows = []
+    for round_ in range(rounds):
+        makers = [lambda: make_env(config.env)] * width
+        row = {
+            "raw": raw_rate(gymnasium.vector.SyncVectorEnv(makers), steps),
+            "rl_app": sampler_rate(FILTERED, [], width, steps),
+            "rllib": sampler_rate(FILTERED, ["env_runners.runner=rllib"], width, steps),
+        }
+        print(
+            f"{FILTERED}, round {round_ + 1}: " + ", ".join(f"{k} {v:,.0f}" for k, v in row.items()),
+            flush=True,
+        )
+        rows.append(row)
+    series = {key: [r[key] for r in rows] for key in rows[0]}
+    vs_raw = paired_ratio(series["rl_app"], series["raw"])
+    return {
+        "num_envs": width,
+        "rounds": rows,
+        "steps_per_s": {key: median_interval(values) for key, values in series.items()},
+        "rl_app_vs_raw": vs_raw,
+        "rllib_vs_raw": paired_ratio(series["rllib"], series["raw"]),
+        "rl_app_vs_rllib": paired_ratio(series["rl_app"], series["rllib"]),
+        "met": vs_raw["median"] >= FILTERED_TARGET,
+    }
 
 
 LABELS = {
@@ -151,7 +197,7 @@ LABELS = {
 
 def markdown(results: dict[str, Any]) -> str:
     lines = [
-        f"# Atari sampling speed, {results['date']}",
+        f"# Sampling speed of the expensive envs, {results['date']}",
         "",
         f"`{EXPERIMENT}`'s env (ALE/Pong-v5, the `atari` preset) on {results['cores']} cores, "
         f"{results['rounds']} rounds of {results['steps']:,} env steps per measure; the runners sample on "
@@ -161,9 +207,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"vector env) and >= {TARGETS['native_sampler_vs_native_raw']:.0%} of the native env's raw rate.",
         "",
     ]
-    for width, case in results["widths"].items():
+    for width, case in results["envs"]["pong"].items():
         lines += [
-            f"## {width} envs ({case['env_threads']} ale-py threads)",
+            f"## Pong, {width} envs ({case['env_threads']} ale-py threads)",
             "",
             "| measure | env steps/s |",
             "|---|---|",
@@ -188,6 +234,28 @@ def markdown(results: dict[str, Any]) -> str:
             f"{interval_text(case['rl_app_vs_rllib_on_native'], 2, '×')} | | |",
             "",
         ]
+    case = results["envs"]["halfcheetah"]
+    rates = case["steps_per_s"]
+    lines += [
+        f"## HalfCheetah with RLlib's MeanStdFilter, {case['num_envs']} envs",
+        "",
+        f"`{FILTERED}` as shipped; the raw env is gymnasium's SyncVectorEnv with random actions. Target, "
+        f"fixed before the run: rl_app's runner >= {FILTERED_TARGET:.0%} of the raw vector env.",
+        "",
+        "| measure | env steps/s |",
+        "|---|---|",
+        f"| raw SyncVectorEnv | {interval_text(rates['raw'], 0)} |",
+        f"| rl_app's runner (the filter per vector step) | {interval_text(rates['rl_app'], 0)} |",
+        f"| RLlib's runner (its MeanStdFilter connector) | {interval_text(rates['rllib'], 0)} |",
+        "",
+        "| ratio | median [95 % interval] | target | met |",
+        "|---|---|---|---|",
+        f"| rl_app's runner / raw | {interval_text(case['rl_app_vs_raw'], 2, '×')} | "
+        f">= {FILTERED_TARGET:g}× | {'yes' if case['met'] else 'no'} |",
+        f"| RLlib's runner / raw | {interval_text(case['rllib_vs_raw'], 2, '×')} | | |",
+        f"| rl_app's runner / RLlib's runner | {interval_text(case['rl_app_vs_rllib'], 2, '×')} | | |",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -198,17 +266,17 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M")
-    widths = measure(args.rounds, args.steps)
+    measured = measure(args.rounds, args.steps)
     results = {
         "date": stamp,
         "experiment": EXPERIMENT,
         "cores": len(os.sched_getaffinity(0)),
         "rounds": args.rounds,
         "steps": args.steps,
-        "targets": TARGETS,
-        "widths": widths,
+        "targets": {**TARGETS, "filtered_sampler_vs_raw": FILTERED_TARGET},
+        "envs": measured,
     }
-    write_results(f"atari-speed-{stamp}", results, markdown(results))
+    write_results(f"env-speed-{stamp}", results, markdown(results))
 
 
 if __name__ == "__main__":
