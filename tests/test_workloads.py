@@ -106,6 +106,8 @@ def test_uint8_frames_reach_the_model_unconverted(ray_session: None, shipped: Pa
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     algo = config.build_algo()
     try:
+        # The frames come from ale-py's native vector env, as the shipped Atari experiments run.
+        assert type(algo.env_runner.env.unwrapped).__name__ == "AtariVectorEnv"
         seen: dict[str, list[tuple[tuple[int, ...], str]]] = {"env runner": [], "learner": []}
         modules = {
             "env runner": algo.env_runner.module,
