@@ -380,11 +380,14 @@ def raw_ceiling(experiment: Any, num_envs: int, steps: int) -> float:
     gymnasium's sync vector env), at the runners' width, in this process."""
     import gymnasium
 
+    from rl_app.cluster.resources import plan_resources
     from rl_app.envs import make_env, make_native_vector_env
     from rl_app.rllib.config import vectorizes_natively
 
     if vectorizes_natively(experiment):
-        envs = make_native_vector_env(experiment.env, num_envs)
+        # In the threads a runner sampling on the driver of this machine steps it in (ale-py's).
+        threads = plan_resources(experiment, os.cpu_count() or 1, 0).env_threads
+        envs = make_native_vector_env(experiment.env, num_envs, threads=threads)
     else:
         envs = gymnasium.vector.SyncVectorEnv([lambda: make_env(experiment.env)] * num_envs)
     envs.reset(seed=0)
@@ -443,13 +446,14 @@ def with_ray(function: Any, *args: Any) -> Any:
 
 def sampler_of(experiment: Any) -> str:
     """Which runner samples ``experiment`` (RLlib's and why, when not ours), and its vector env."""
+    from rl_app.envs import native_vector_env
     from rl_app.rllib.accel import plan_acceleration
     from rl_app.rllib.config import vectorizes_natively
 
     plan = plan_acceleration(experiment)
     why = plan.off.get("runner") or plan.everything_off
     runner = "rl_app's runner" if plan.uses("runner") else f"RLlib's runner ({why})"
-    return f"{runner}, {experiment.env.id}'s own vector env" if vectorizes_natively(experiment) else runner
+    return f"{runner}, {native_vector_env(experiment.env)}" if vectorizes_natively(experiment) else runner
 
 
 def throughput(steps: int) -> dict[str, Any]:

@@ -204,7 +204,8 @@ def _defaults(function: Any) -> dict[str, Any]:
 
 class ChannelsLast(gym.vector.VectorObservationWrapper):
     """ale-py's stacked frames (envs, stack, H, W) as the Python path gives them: (envs, H, W, stack),
-    a fresh array each step (episodes keep every observation; the emulator reuses its buffers)."""
+    one contiguous array a step (the runners stack a call's steps, which a transposed view would
+    make slower)."""
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)

@@ -108,6 +108,10 @@ def make_env(
     return instance
 
 
+# How the start names ale-py's vector env (with the threads it steps in).
+ALE_VECTOR_ENV = "ale-py's AtariVectorEnv"
+
+
 def _native_atari_options(env: EnvSection, evaluation: bool) -> dict[str, Any] | None:
     """ale-py's vector env options for an ALE id whose one wrapper is the ``atari`` preset."""
     if not env.id.startswith("ALE/") or not env.wrappers or len(env.wrappers) != 1:
@@ -129,7 +133,7 @@ def native_vector_env(env: EnvSection) -> str | None:
     if ":" in env.id:
         return None
     if _native_atari_options(env, evaluation=False) is not None:
-        return "ale-py's AtariVectorEnv"
+        return ALE_VECTOR_ENV
     if env.wrappers or env.id.startswith("ALE/"):
         # ALE's registered vector entry point preprocesses its frames (84x84 grayscale, stacked),
         # which the single env it stands for does not.

@@ -430,6 +430,7 @@ def describe_rllib_setup(experiment: ExperimentConfig, plan: ResourcePlan) -> st
     """The Resources line's word on RLlib: which of rl_app's parts run (and why not the others),
     and whether the runners step the env's own vector env."""
     from rl_app.envs import native_vector_env
+    from rl_app.envs.factory import ALE_VECTOR_ENV
     from rl_app.rllib.accel import plan_acceleration
 
     text = plan_acceleration(experiment, plan).describe()
@@ -438,7 +439,7 @@ def describe_rllib_setup(experiment: ExperimentConfig, plan: ResourcePlan) -> st
     if not vectorizes_natively(experiment):
         return text
     vector_env = native_vector_env(experiment.env)
-    if vector_env == "ale-py's AtariVectorEnv":
+    if vector_env == ALE_VECTOR_ENV:
         vector_env += f" ({plan.env_threads} thread{'s' if plan.env_threads != 1 else ''} a runner)"
     return f"{text}; {vector_env}"
 
