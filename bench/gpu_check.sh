@@ -5,7 +5,9 @@
 #
 # 1. the torch build: CUDA version, device, a matmul on it;
 # 2. PPO and SAC learner throughput, GPU vs CPU, and the Pong CNN learner (bench/learner.py);
-# 3. a short `rl_app train` with `learners.device: auto`, which must put the learner on the GPU.
+# 3. a short `rl_app train` with `learners.device: auto`, which must put the learner on the GPU;
+# 4. five minutes of ppo_breakout with its learner on the GPU (ale-py's native env sampling on the
+#    CPUs): env steps/s and the evaluation score reached, the start of the path to a full budget.
 #
 # Where Ray is missing (the lent machine has CUDA torch but no Ray), it is installed first from
 # the wheels in $WHEELS (Ray and rl_app's other pins, cp312, carried with the tree). Each part
@@ -19,7 +21,7 @@ failed=0
 
 if ! python -c "import ray" 2>/dev/null; then
     python -m pip install --quiet --no-index --find-links "${WHEELS:?no Ray here: set WHEELS}" \
-        -r requirements.txt -e . || failed=1
+        -r requirements.txt -r requirements-envs.txt -e . || failed=1
 fi
 
 echo "== torch build"
@@ -32,12 +34,18 @@ print(f"{torch.cuda.get_device_name(0)}: 4096^2 matmul sum {float((x @ x).sum())
 EOF
 
 echo "== learner throughput, GPU vs CPU"
-python bench/learner.py --updates 5 --experiments ppo_cartpole sac_pendulum ppo_pong || failed=1
+python bench/learner.py --updates 5 --experiments ppo_cartpole sac_pendulum ppo_pong ppo_breakout || failed=1
 cp bench/results/learner-*.json "$OUT"/ 2>/dev/null
 
 echo "== rl_app train, learners.device: auto"
 python -m rl_app train ppo_cartpole --runs-dir "$OUT/runs" \
     --set learners.device=auto --set stop.iterations=3 | tee "$OUT/train.txt" || failed=1
 grep -q "learner on GPU" "$OUT/train.txt" || { echo "the learner did not go to the GPU"; failed=1; }
+
+echo "== ppo_breakout, GPU learner, 5 minutes"
+python -m rl_app train ppo_breakout --runs-dir "$OUT/runs" \
+    --set learners.device=auto --set stop.time_s=300 | tee "$OUT/breakout.txt" || failed=1
+grep -q "learner on GPU" "$OUT/breakout.txt" || { echo "the Breakout learner did not go to the GPU"; failed=1; }
+cp "$OUT"/runs/ppo_breakout/*/progress.csv "$OUT/breakout-progress.csv" 2>/dev/null
 
 exit $failed

@@ -101,6 +101,7 @@ CASES = {
     "ppo_cartpole": ppo_update_seconds,
     "sac_pendulum": sac_update_seconds,
     "ppo_pong": ppo_update_seconds,  # the CNN: 4,000 frames x 10 epochs per update, slow on a CPU
+    "ppo_breakout": ppo_update_seconds,  # the same CNN: 1,024 frames x 4 epochs
 }
 DEFAULT_CASES = ["ppo_cartpole", "sac_pendulum"]
 
