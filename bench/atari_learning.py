@@ -88,14 +88,10 @@ def plot(points: list[dict[str, float]], random_median: float, out: Path) -> Non
     ax.plot([p["timesteps"] for p in points], [p["eval_return_mean"] for p in points], "o-", label=EXPERIMENT)
     ax.axhline(random_median, color="grey", ls="--", label=f"random play ({random_median:g})")
     ax.axhline(TARGET, color="tab:red", ls=":", label=f"target ({TARGET:g})")
-    top = ax.secondary_xaxis(
-        "top",
-        functions=(
-            lambda x: x * points[-1]["minutes"] / max(1, points[-1]["timesteps"]),
-            lambda m: m * points[-1]["timesteps"] / max(1e-9, points[-1]["minutes"]),
-        ),
-    )
-    top.set_xlabel("minutes of training (approximate: steps at the run's mean rate)")
+    if points and points[-1]["timesteps"] and points[-1]["minutes"]:
+        per_step = points[-1]["minutes"] / points[-1]["timesteps"]
+        top = ax.secondary_xaxis("top", functions=(lambda x: x * per_step, lambda m: m / per_step))
+        top.set_xlabel("minutes of training (at the run's mean rate)")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("score, whole game (mean of 8 games)")
     ax.set_title(f"{EXPERIMENT}: Breakout on {os.cpu_count()} CPUs, seed {SEED}")
@@ -160,7 +156,6 @@ def main() -> None:
     points = curve(summary.run_dir / "progress.csv")
     png = RESULTS / f"atari-learning-{stamp}.png"
     RESULTS.mkdir(exist_ok=True)
-    plot(points, median_interval(baseline)["median"], png)
     shutil.copy(summary.run_dir / "progress.csv", RESULTS / f"atari-learning-{stamp}-progress.csv")
     final = median_interval(scores)
     results = {
@@ -184,6 +179,7 @@ def main() -> None:
         "png": f"bench/results/{png.name}",
     }
     write_results(f"atari-learning-{stamp}", results, markdown(results))
+    plot(points, results["random"]["summary"]["median"], png)
 
 
 if __name__ == "__main__":

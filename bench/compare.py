@@ -385,8 +385,8 @@ def raw_ceiling(experiment: Any, num_envs: int, steps: int) -> float:
     from rl_app.rllib.config import vectorizes_natively
 
     if vectorizes_natively(experiment):
-        # In the threads a runner sampling on the driver of this machine steps it in (ale-py's).
-        threads = plan_resources(experiment, os.cpu_count() or 1, 0).env_threads
+        # In the threads the plan gives a runner on this machine's cores (ale-py's).
+        threads = plan_resources(experiment, len(os.sched_getaffinity(0)), 0).env_threads
         envs = make_native_vector_env(experiment.env, num_envs, threads=threads)
     else:
         envs = gymnasium.vector.SyncVectorEnv([lambda: make_env(experiment.env)] * num_envs)

@@ -22,6 +22,7 @@ intervals.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -66,11 +67,14 @@ def raw_rates(width: int, steps: int, threads: int) -> dict[str, float]:
     from rl_app.envs import make_env, make_native_vector_env
 
     env = load_experiment(EXPERIMENT).config.env
-    makers = [lambda: make_env(env)] * width
+    makers = [functools.partial(make_env, env)] * width
     return {
         "python_sync": raw_rate(gymnasium.vector.SyncVectorEnv(makers), steps),
-        # Gymnasium's one async form: a subprocess per env, frames through shared memory.
-        "python_async": raw_rate(gymnasium.vector.AsyncVectorEnv(makers, shared_memory=True), steps),
+        # Gymnasium's one async form: a subprocess per env, frames through shared memory; spawned,
+        # as this process has Ray's and torch's threads.
+        "python_async": raw_rate(
+            gymnasium.vector.AsyncVectorEnv(makers, shared_memory=True, context="spawn"), steps
+        ),
         "native": raw_rate(make_native_vector_env(env, width, threads=threads), steps),
     }
 
@@ -161,7 +165,7 @@ def measure_filtered(rounds: int, steps: int) -> dict[str, Any]:
     assert plan_acceleration(config).uses("runner"), "ppo_halfcheetah must sample with rl_app's runner"
     rows = []
     for round_ in range(rounds):
-        makers = [lambda: make_env(config.env)] * width
+        makers = [functools.partial(make_env, config.env)] * width
         row = {
             "raw": raw_rate(gymnasium.vector.SyncVectorEnv(makers), steps),
             "rl_app": sampler_rate(FILTERED, [], width, steps),

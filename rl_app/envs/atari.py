@@ -12,10 +12,11 @@ real game and report its real score.
 
 The runners step the same preprocessing in ale-py's ``AtariVectorEnv`` (:func:`make_vector_env`):
 the emulators, frame skip, resize and stack in C++ threads, EnvPool's design, one call per vector
-step. Each step's frames equal the Python path's bit for bit (tests/test_atari_native.py). Two
-differences at the edges of episodes: at reset it presses FIRE for one frame before its no-ops (the
-Python path presses FIRE then action 2, one skipped step each, after them), and after a lost life
-the frame stack runs on rather than restarting from zeros.
+step. Each step's frames equal the Python path's bit for bit (tests/test_atari_native.py). They
+differ at the edges of episodes: at reset ale-py presses FIRE for one frame among its no-ops (0 to
+noop_max - 1 frames; the Python path takes 1 to noop_max, then presses FIRE and action 2, a skipped
+step each); after a lost life it presses FIRE for one skipped step (the Python path NOOP, FIRE and
+action 2), and its frame stack runs on rather than restarting from zeros.
 """
 
 from __future__ import annotations
@@ -202,25 +203,61 @@ def _defaults(function: Any) -> dict[str, Any]:
     }
 
 
-class ChannelsLast(gym.vector.VectorObservationWrapper):
-    """ale-py's stacked frames (envs, stack, H, W) as the Python path gives them: (envs, H, W, stack),
-    one contiguous array a step (the runners stack a call's steps, which a transposed view would
-    make slower)."""
+class NativeAtari(gym.vector.VectorWrapper):
+    """ale-py's vector env as the runners take the Python path's: frames channels-last, float
+    rewards, and a lost life ended as :class:`EpisodicLife` ends it.
 
-    def __init__(self, env: Any) -> None:
+    - Frames (envs, stack, H, W) become (envs, H, W, stack), one contiguous array a step (the
+      runners stack a call's steps, which a transposed view would make slower).
+    - A life-loss terminal (``life_loss_info``) leaves ale-py's game running: its next step is an
+      ordinary one, where Gymnasium's vector envs (and so the runners) take the step after a
+      terminal as the next episode's reset and drop its action and reward. That step presses
+      ``reset_action`` instead of the policy's action: FIRE in games that wait for it (the Python
+      path's reset after a lost life presses NOOP, FIRE, then action 2, a skipped step each), NOOP
+      otherwise. Should that step end the game, the env is reset there, so the runners see the
+      reset they expect.
+    """
+
+    def __init__(self, env: Any, reset_action: int) -> None:
         super().__init__(env)
         stack, height, width = env.single_observation_space.shape
         self.single_observation_space = gym.spaces.Box(0, 255, (height, width, stack), np.uint8)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
+        self.reset_action = reset_action
+        self._lost_life = np.zeros(env.num_envs, dtype=bool)
 
-    def observations(self, observations: Any) -> Any:
-        return np.ascontiguousarray(observations.transpose(0, 2, 3, 1))
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        observations, infos = self.env.reset(**kwargs)
+        self._lost_life[:] = False
+        return _channels_last(observations), infos
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        lost_life = self._lost_life
+        if lost_life.any():
+            actions = np.where(lost_life, self.reset_action, actions)
+        observations, rewards, terminated, truncated, infos = self.env.step(actions)
+        game_ended = lost_life & (terminated | truncated)
+        if game_ended.any():
+            fresh, _ = self.env.reset(options={"reset_mask": game_ended})
+            observations = np.where(game_ended[:, None, None, None], fresh, observations)
+            terminated, truncated = terminated & ~game_ended, truncated & ~game_ended
+        self._lost_life = terminated & (infos["lives"] > 0) & ~lost_life
+        return _channels_last(observations), rewards.astype(np.float32), terminated, truncated, infos
+
+
+def _channels_last(observations: Any) -> Any:
+    return np.ascontiguousarray(observations.transpose(0, 2, 3, 1))
 
 
 def make_vector_env(num_envs: int, options: dict[str, Any], threads: int) -> Any:
     """``num_envs`` ALE envs stepped together by ale-py in ``threads`` C++ threads
-    (``options`` from :func:`native_options`)."""
+    (``options`` from :func:`native_options`), as :class:`NativeAtari`."""
     from ale_py.vector_env import AtariVectorEnv
 
     quiet_ale()
-    return ChannelsLast(AtariVectorEnv(num_envs=num_envs, num_threads=max(1, threads), **options))
+    from ale_py import Action
+
+    env = AtariVectorEnv(num_envs=num_envs, num_threads=max(1, threads), **options)
+    actions = list(env.ale.get_action_set())
+    fire = options["use_fire_reset"] and Action.FIRE in actions
+    return NativeAtari(env, reset_action=actions.index(Action.FIRE) if fire else 0)

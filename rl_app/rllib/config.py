@@ -47,8 +47,8 @@ def registered_env(env: EnvSection, evaluation: bool = False, threads: int = 1) 
     Every env reaches RLlib through :func:`rl_app.envs.make_env` (with the declared
     wrappers), as it reaches evaluation and export. The name includes the wrappers, so
     two experiments on one id with different wrappers never share a creator, and says
-    whether it is the evaluation variant (no training-only wrappers). ``threads``: how many threads
-    a runner may step ale-py's vector env in.
+    whether it is the evaluation variant (no training-only wrappers) and how many threads a runner
+    may step ale-py's vector env in (``threads``).
     """
     from ray.tune.registry import register_env
 
@@ -62,6 +62,8 @@ def registered_env(env: EnvSection, evaluation: bool = False, threads: int = 1) 
     )
     if evaluation:
         name += ":evaluation"
+    if threads != 1:
+        name += f":{threads}-threads"
     register_env(name, env_creator(env, evaluation=evaluation, threads=threads))
     return name
 

@@ -70,7 +70,7 @@ PRIVATE_METHODS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
     ("ray.rllib.core.models.torch.encoder", "TorchMLPEncoder"): {
         "_forward": ("self", "inputs", "kwargs"),
     },
-    # FilterEachObservation reads the connector's filters and its update switch (set in __init__).
+    # FilterEachObservation makes the connector's filters where it has none yet.
     ("ray.rllib.connectors.env_to_module.mean_std_filter", "MeanStdFilter"): {
         "_init_new_filters": ("self",),
     },
@@ -101,6 +101,7 @@ PRIVATE_ATTRIBUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("ray.rllib.algorithms.sac.torch.sac_torch_learner", "SACTorchLearner"): ("_temp_losses",),
     ("ray.rllib.core.rl_module.multi_rl_module", "MultiRLModule"): ("_rl_modules",),
     ("ray.rllib.core.models.catalog", "Catalog"): ("_encoder_config",),
+    ("ray.rllib.connectors.env_to_module.mean_std_filter", "MeanStdFilter"): ("_filters", "_update_stats"),
     ("ray.rllib.utils.minibatch_utils", "MiniBatchCyclicIterator"): (
         "_batch", "_minibatch_size", "_num_epochs", "_shuffle_batch_per_epoch", "_num_total_minibatches",
     ),
