@@ -174,3 +174,42 @@ def test_fire_after_reset_and_after_a_lost_life_launches_breakouts_ball(fire_res
     finally:
         python.close()
         native.close()
+
+
+class SeededRandomPolicy:
+    """Uniformly random actions from a fixed seed: two envs given it play the same sequence."""
+
+    def __init__(self, actions: int) -> None:
+        self.actions, self.rng = actions, np.random.default_rng(0)
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, observation: Any) -> int:
+        return int(self.rng.integers(self.actions))
+
+
+def test_rl_app_evaluate_plays_the_whole_game_with_its_real_score() -> None:
+    """``rl_app evaluate``'s episodes are the evaluation env's (a whole game of five lives, rewards
+    as the game gives them), not the training env's (an episode per life)."""
+    from rl_app.policy.evaluate import run_episodes
+
+    env = section(id="ALE/SpaceInvaders-v5")
+    (evaluated,) = run_episodes(SeededRandomPolicy(6), env, [(0, 0)])
+
+    def play(evaluation: bool) -> tuple[float, int]:
+        game, policy = make_env(env, evaluation=evaluation), SeededRandomPolicy(6)
+        game.reset(seed=0)
+        total, length, done = 0.0, 0, False
+        while not done:
+            _, reward, terminated, truncated, _ = game.step(policy.act(None))
+            total, length, done = total + float(reward), length + 1, terminated or truncated
+        lives = game.unwrapped.ale.lives()  # type: ignore[attr-defined]
+        game.close()
+        assert (lives == 0) == evaluation  # a whole game, or the first life of one
+        return total, length
+
+    assert (evaluated.episode_return, evaluated.length) == play(evaluation=True)
+    training_return, training_length = play(evaluation=False)
+    assert evaluated.length > training_length
+    assert evaluated.episode_return > 2 * training_return  # unclipped: 5 to 30 points an alien

@@ -58,7 +58,8 @@ def run_episodes(
     torch.set_num_threads(1)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render offscreen: no display needed
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # and no sound card probed (ALSA's noise)
-    env = make_env(env_spec, render_mode="rgb_array" if video_dir else None)
+    # The real game: training-only parts (life-loss terminals, reward clipping) left out.
+    env = make_env(env_spec, render_mode="rgb_array" if video_dir else None, evaluation=True)
     fps = float(env.metadata.get("render_fps") or 30)
     results = []
     try:
