@@ -107,6 +107,15 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"# Atari learning on {results['cores']} CPUs, {results['date']}",
         "",
+        *(
+            [
+                f"The training is an earlier run of this bench ({results['from_run']}); its final policy "
+                "was evaluated again here.",
+                "",
+            ]
+            if results.get("from_run")
+            else []
+        ),
         f"`{EXPERIMENT}` as shipped, seed {SEED}, trained for {results['budget_s'] // 60} minutes of wall "
         f"clock: {results['timesteps']:,} env steps in {results['iterations']} iterations. The final policy "
         f"played {EVAL_EPISODES} whole games (sampled actions, the real score); random play the same games. "
@@ -130,33 +139,54 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def trained_run(budget_s: int) -> tuple[Path, int, int, float]:
+    """Train the experiment for ``budget_s`` seconds: (run folder, env steps, iterations, seconds)."""
+    from rich.console import Console
+
+    from rl_app.training.run import train
+
+    runs = Path(tempfile.mkdtemp(prefix="rl_app-atari-"))
+    began = time.monotonic()
+    summary = train(
+        EXPERIMENT, [f"seed={SEED}", f"stop.time_s={budget_s}"], runs_root=runs, console=Console()
+    )
+    return summary.run_dir, summary.timesteps, summary.iterations, time.monotonic() - began
+
+
+def earlier_run(run_dir: Path) -> tuple[Path, int, int, float]:
+    """An earlier run of this bench, as its progress.csv ends: (run folder, env steps, iterations,
+    seconds)."""
+    with (run_dir / "progress.csv").open() as handle:
+        last = list(csv.DictReader(handle))[-1]
+    return run_dir, int(last["timesteps"]), int(last["iteration"]), float(last["elapsed_s"])
+
+
 def main() -> None:
     from rich.console import Console
 
     from rl_app.policy.evaluate import evaluate
-    from rl_app.training.run import train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=int, default=BUDGET_S, help="seconds of training (a quick look)")
+    parser.add_argument(
+        "--from-run",
+        type=Path,
+        help="no training: evaluate the final policy of this earlier run of the bench (its run folder) again",
+    )
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M")
-    runs = Path(tempfile.mkdtemp(prefix="rl_app-atari-"))
-    began = time.monotonic()
-    summary = train(
-        EXPERIMENT, [f"seed={SEED}", f"stop.time_s={args.budget_s}"], runs_root=runs, console=Console()
+    run_dir, timesteps, iterations, trained_s = (
+        earlier_run(args.from_run) if args.from_run else trained_run(args.budget_s)
     )
-    trained_s = time.monotonic() - began
     quiet = Console(file=io.StringIO())
-    report = evaluate(
-        str(summary.run_dir), episodes=EVAL_EPISODES, seed=EVAL_SEED, explore=True, console=quiet
-    )
+    report = evaluate(str(run_dir), episodes=EVAL_EPISODES, seed=EVAL_SEED, explore=True, console=quiet)
     scores = [float(e["episode_return"]) for e in report["per_episode"]]
     baseline = random_scores(EVAL_EPISODES, EVAL_SEED)
-    points = curve(summary.run_dir / "progress.csv")
+    points = curve(run_dir / "progress.csv")
     png = RESULTS / f"atari-learning-{stamp}.png"
     RESULTS.mkdir(exist_ok=True)
-    shutil.copy(summary.run_dir / "progress.csv", RESULTS / f"atari-learning-{stamp}-progress.csv")
+    shutil.copy(run_dir / "progress.csv", RESULTS / f"atari-learning-{stamp}-progress.csv")
     final = median_interval(scores)
     results = {
         "date": stamp,
@@ -165,10 +195,17 @@ def main() -> None:
         "cores": os.cpu_count(),
         "budget_s": args.budget_s,
         "seconds": round(trained_s, 1),
-        "timesteps": summary.timesteps,
-        "iterations": summary.iterations,
+        "timesteps": timesteps,
+        "iterations": iterations,
+        "from_run": str(args.from_run) if args.from_run else None,
+        "checkpoint": report["checkpoint"],
         "target": TARGET,
-        "final": {"scores": scores, "summary": final, "mean": sum(scores) / len(scores)},
+        "final": {
+            "scores": scores,
+            "lengths": [e["length"] for e in report["per_episode"]],
+            "summary": final,
+            "mean": sum(scores) / len(scores),
+        },
         "random": {
             "scores": baseline,
             "summary": median_interval(baseline),
