@@ -260,6 +260,16 @@ def vectorizes_natively(experiment: ExperimentConfig) -> bool:
     return experiment.env_runners.vectorize == "auto" and has_native_vector_env(experiment.env)
 
 
+def env_threads(experiment: ExperimentConfig, plan: ResourcePlan) -> int:
+    """The threads a runner steps its vector env in: the plan's share of the cores for ale-py's
+    (the one vector env that runs threads), 1 for every other."""
+    from rl_app.envs import native_vector_env
+    from rl_app.envs.factory import ALE_VECTOR_ENV
+
+    threaded = vectorizes_natively(experiment) and native_vector_env(experiment.env) == ALE_VECTOR_ENV
+    return plan.env_threads if threaded else 1
+
+
 def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
     """The experiment's training section as keyword arguments of ``.training()``."""
     kwargs = experiment.training.model_dump(exclude_none=True)
@@ -316,7 +326,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         _config_class(spec)()
         .framework("torch")
         .environment(
-            env=registered_env(experiment.env, threads=plan.env_threads),
+            env=registered_env(experiment.env, threads=env_threads(experiment, plan)),
             env_config=dict(experiment.env.config),
         )
         .env_runners(
@@ -406,7 +416,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     evaluation = experiment.evaluation
     if evaluation.interval:
         evaluation_env = (
-            {"env": registered_env(experiment.env, evaluation=True, threads=plan.env_threads)}
+            {"env": registered_env(experiment.env, evaluation=True, threads=env_threads(experiment, plan))}
             if has_training_only_wrappers(experiment.env)
             else {}
         )
