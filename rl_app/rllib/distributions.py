@@ -22,7 +22,7 @@ LOG_STD_BOUNDS = (MIN_LOG_NN_OUTPUT, MAX_LOG_NN_OUTPUT)
 
 
 def squash(unsquashed: torch.Tensor) -> torch.Tensor:
-    """``TorchSquashedGaussian._squash`` to the default bounds [-1, 1]: tanh, rescaled, clipped."""
+    """RLlib's ``TorchSquashedGaussian`` squashing to its default bounds [-1, 1]: tanh, rescaled, clipped."""
     return torch.clamp(((torch.tanh(unsquashed) + 1.0) / 2.0) * 2.0 + -1.0, -1.0, 1.0)
 
 

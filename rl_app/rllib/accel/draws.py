@@ -40,8 +40,8 @@ def _normal(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return loc, scale
 
 
-def _squashed_logp(unsquashed: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``TorchSquashedGaussian._squashed_logp``: ``Normal.log_prob`` summed, less the tanh Jacobian."""
+def _log_prob_of_squashed(unsquashed: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``TorchSquashedGaussian``'s log-probability: ``Normal.log_prob`` summed, less the tanh Jacobian."""
     var = scale**2
     log_scale = scale.log()
     logp = (-((unsquashed - loc) ** 2) / (2 * var) - log_scale - LOG_SQRT_2PI).sum(-1)
@@ -58,7 +58,7 @@ def draw_squashed_gaussian(logits: torch.Tensor, reparameterized: bool) -> tuple
     else:
         with torch.no_grad():
             unsquashed = torch.normal(loc, scale)
-    return squash(unsquashed), _squashed_logp(unsquashed, loc, scale)
+    return squash(unsquashed), _log_prob_of_squashed(unsquashed, loc, scale)
 
 
 def sample_squashed_gaussian(
@@ -72,6 +72,6 @@ def sample_squashed_gaussian(
         actions = squash(torch.normal(loc, scale))
     if not with_logp:
         return actions, None
-    rescaled = (actions - -1.0) / 2.0 * 2.0 - 1.0  # TorchSquashedGaussian._unsquash
+    rescaled = (actions - -1.0) / 2.0 * 2.0 - 1.0  # TorchSquashedGaussian's unsquashing to [-1, 1]
     unsquashed = torch.atanh(torch.clamp(rescaled, -1.0 + SMALL_NUMBER, 1.0 - SMALL_NUMBER))
-    return actions, _squashed_logp(unsquashed, loc, scale)
+    return actions, _log_prob_of_squashed(unsquashed, loc, scale)

@@ -177,10 +177,10 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
 def log_steps_trained(
     metrics: Any, module_id: str, weights_seq_no: int, count: int, size: int, env_steps: int
 ) -> None:
-    """What RLlib's ``Learner._log_steps_trained_metrics`` (2.60) logs over ``count`` minibatches of
-    ``size`` rows and ``env_steps`` env steps each, in one call per metric: its sums are then count x
-    size, its mean the size, its window-1 sequence number the last, and its throughputs (computed
-    at each reduce from the sums) the same."""
+    """What RLlib 2.60's Learner logs of the steps trained (the adapter's override calls this) over
+    ``count`` minibatches of ``size`` rows and ``env_steps`` env steps each, in one call per metric:
+    its sums are then count x size, its mean the size, its window-1 sequence number the last, and its
+    throughputs (computed at each reduce from the sums) the same."""
     metrics.log_value((module_id, WEIGHTS_SEQ_NO), weights_seq_no, window=1)
     metrics.log_value((module_id, MODULE_TRAIN_BATCH_SIZE_MEAN), size, reduce="mean")
     metrics.log_value((module_id, NUM_MODULE_STEPS_TRAINED), count * size, reduce="sum")
