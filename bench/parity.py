@@ -47,6 +47,7 @@ class Case:
     sb3_envs: int = 1  # SB3's vector env width (RL Zoo's n_envs)
     eval_episodes: int = EVAL_EPISODES
     digits: int = 1  # decimals of the returns in the markdown (a success rate needs 2)
+    modes: tuple[str, ...] = ("deterministic", "sampled")  # how the policy acts in evaluation
 
 
 # RL Zoo's hyperparams/sac.yml: HalfCheetah (n_timesteps 1e6, learning_starts 10000, the rest SB3's
@@ -192,14 +193,14 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
             steps = algo.train()[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME]
             while marks and steps >= marks[0]:
                 row: dict[str, Any] = {"mark": marks.pop(0), "steps": int(steps)}
-                for explore in (False, True):
+                for mode in case.modes:
                     module = copy.deepcopy(algo.get_module())
                     space = observation_space(env_spec)
                     policy = Policy(
-                        module, explore=explore, timestep=int(steps), observation_space=space
+                        module, explore=mode == "sampled", timestep=int(steps), observation_space=space
                     ).eval()
                     results = run_episodes(policy, env_spec, episodes)
-                    row["sampled" if explore else "deterministic"] = [r.episode_return for r in results]
+                    row[mode] = [r.episode_return for r in results]
                 torch.set_num_threads(THREADS)  # run_episodes takes one thread
                 row["wall_s"] = time.perf_counter() - began
                 rows.append(row)
@@ -253,7 +254,8 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
         def _on_step(self) -> bool:
             if self.num_timesteps in case.marks:
                 row = {"mark": self.num_timesteps, "steps": self.num_timesteps}
-                row["deterministic"], row["sampled"] = episode_returns(True), episode_returns(False)
+                for mode in case.modes:
+                    row[mode] = episode_returns(mode == "deterministic")
                 row["wall_s"] = time.perf_counter() - began
                 rows.append(row)
                 print(f"  SB3 seed {seed}: {_row_text(row)}", file=sys.stderr, flush=True)
@@ -264,9 +266,8 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
 
 
 def _row_text(row: dict[str, Any]) -> str:
-    mean = sum(row["deterministic"]) / len(row["deterministic"])
-    sampled = sum(row["sampled"]) / len(row["sampled"])
-    return f"{row['steps']:,} steps: {mean:.1f} deterministic, {sampled:.1f} sampled ({row['wall_s']:.0f} s)"
+    means = [f"{sum(row[m]) / len(row[m]):.1f} {m}" for m in ("deterministic", "sampled") if m in row]
+    return f"{row['steps']:,} steps: {', '.join(means)} ({row['wall_s']:.0f} s)"
 
 
 def run_side(side: str, case: Case, seed: int) -> dict[str, Any]:

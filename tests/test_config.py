@@ -114,3 +114,11 @@ def test_every_shipped_experiment_validates(shipped: Path) -> None:
             assert bench_module("atari_learning.py").TARGET > 0
             continue
         assert loaded.config.stop.return_ is not None, f"{name} must state the return it reaches"
+
+
+def test_the_minatar_target_is_the_published_figure_the_bench_checks(shipped: Path) -> None:
+    bench = bench_module("minatar_learning.py")
+    stop = load_experiment(bench.EXPERIMENT).config.stop
+    assert (stop.return_, stop.timesteps) == (bench.TARGET, bench.TARGET_MARK)
+    assert bench.PUBLISHED[bench.TARGET_MARK] == bench.TARGET and max(bench.MARKS) == bench.TARGET_MARK
+    assert not set(bench.SEEDS) & set(load_experiment(bench.EXPERIMENT).config.tuning_seeds)

@@ -1,5 +1,5 @@
-"""Pixel workloads: the Atari preprocessing, uint8 frames reaching the model, and each Atari
-experiment through train -> checkpoint -> evaluate -> export."""
+"""Pixel workloads: the Atari preprocessing, uint8 frames and bool grids reaching the model, and
+each Atari experiment through train -> checkpoint -> evaluate -> export."""
 
 from __future__ import annotations
 
@@ -96,26 +96,46 @@ def test_a_pixel_rllib_experiment_on_something_without_an_image_model_is_refused
         algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
 
 
+# Each pixel experiment's observations as the env makes them, and the encoders that read them.
+RAW_INPUTS = {
+    "ppo_pong": ("torch.uint8", (84, 84, 4), "TorchCNNEncoder", 1),
+    # gymnax-blines' networks: the flattened grid into separate actor and critic MLPs.
+    "ppo_minatar_breakout": ("torch.bool", (400,), "TorchMLPEncoder", 2),
+}
+TINY_MINATAR = [
+    "env_runners.num_envs_per_env_runner=8",
+    "env_runners.rollout_fragment_length=32",
+    "training.train_batch_size_per_learner=256",
+    "training.minibatch_size=128",
+]
+
+
 @pytest.mark.ray
-def test_uint8_frames_reach_the_model_unconverted(ray_session: None, shipped: Path) -> None:
+@pytest.mark.parametrize("name", RAW_INPUTS)
+def test_frames_and_grids_reach_the_model_unconverted(ray_session: None, shipped: Path, name: str) -> None:
     from rl_app.cluster.resources import plan_resources
     from rl_app.rllib.config import algorithm_config
     from rl_app.rllib.pixels import ToFloat
 
-    loaded = load_experiment("ppo_pong", [*TINY_ATARI["ppo_pong"], "evaluation.interval=0"])
+    dtype, shape, encoder_class, encoders = RAW_INPUTS[name]
+    tiny = TINY_ATARI.get(name, TINY_MINATAR)
+    loaded = load_experiment(name, [*tiny, "evaluation.interval=0"])
     config = algorithm_config(loaded.config, plan_resources(loaded.config, 2, 0), loaded.source)
     algo = config.build_algo()
     try:
-        # The frames come from ale-py's native vector env, as the shipped Atari experiments run.
-        assert type(algo.env_runner.env.unwrapped).__name__ == "AtariVectorEnv"
+        if name == "ppo_pong":  # the frames come from ale-py's native vector env, as shipped
+            assert type(algo.env_runner.env.unwrapped).__name__ == "AtariVectorEnv"
         seen: dict[str, list[tuple[tuple[int, ...], str]]] = {"env runner": [], "learner": []}
         modules = {
             "env runner": algo.env_runner.module,
             "learner": algo.learner_group._learner.module["default_policy"],  # type: ignore[union-attr]
         }
         for where, module in modules.items():
+            converting = [m for m in module.modules() if type(m).__name__ == encoder_class]
             layers = [m for m in module.modules() if isinstance(m, ToFloat)]
-            assert layers, f"the {where}'s module has no input conversion"
+            # Every encoder reading the observation converts it (the env runner's module is
+            # inference-only: no critic).
+            assert len(layers) == len(converting) >= (1 if where == "env runner" else encoders), where
             for layer in layers:
                 layer.register_forward_pre_hook(
                     lambda _, args, where=where: seen[where].append(
@@ -127,8 +147,8 @@ def test_uint8_frames_reach_the_model_unconverted(ray_session: None, shipped: Pa
         algo.stop()
     for where, inputs in seen.items():
         assert inputs, f"no batch reached the {where}'s model"
-        assert {dtype for _, dtype in inputs} == {"torch.uint8"}, (where, inputs[:3])
-        assert {shape[1:] for shape, _ in inputs} == {(84, 84, 4)}
+        assert {dtype for _, dtype in inputs} == {dtype}, (where, inputs[:3])
+        assert {shape[1:] for shape, _ in inputs} == {shape}
 
 
 @pytest.mark.ray

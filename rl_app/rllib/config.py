@@ -185,20 +185,20 @@ def _module_spec(
         TanhModeSACTorchRLModule,
     )
     from rl_app.rllib.masking import masked_module_class
-    from rl_app.rllib.pixels import image_module_class, is_image_space
+    from rl_app.rllib.pixels import has_raw_inputs, image_module_class
 
     default_spec: Any = config.get_default_rl_module_spec()
     module_class = default_spec.module_class
     spaces = spaces or (observation_space(experiment.env), action_space(experiment.env))
     space = spaces[0]
-    if is_image_space(space):
+    if has_raw_inputs(space):
         if not algorithm_spec(experiment.algorithm).image_inputs:
             *others, last = (name for name, spec in ALGORITHMS.items() if spec.image_inputs)
             takers = f"{', '.join(others)} or {last}"
             raise ConfigError(
                 source,
                 f"algorithm: {experiment.algorithm} has no image-input model here "
-                f"(image observations {space.shape} {space.dtype} train with {takers})",
+                f"(observations of {space.shape} {space.dtype}, not floats, train with {takers})",
             )
         module_class = image_module_class(default_spec.module_class)
     if is_masked(space):  # the mask itself was checked with the env (rl_app.envs.check_env)

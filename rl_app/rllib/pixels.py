@@ -1,4 +1,5 @@
-"""RLlib modules that take image observations as the env makes them (uint8 frames, bool grids).
+"""RLlib modules that take observations as the env makes them: uint8 frames, bool grids, and flat
+vectors of either (a grid through ``flatten_observation``).
 
 RLlib's CNN encoder needs float input; its own Atari example converts every frame to float32 in
 the env, so episodes, batches and the object store carry 4x the bytes. These modules keep the
@@ -17,14 +18,15 @@ import torch
 from ray.rllib.algorithms.appo.torch.default_appo_torch_rl_module import DefaultAPPOTorchRLModule
 from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
 from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
-from ray.rllib.core.models.torch.encoder import TorchCNNEncoder
+from ray.rllib.core.models.torch.encoder import TorchCNNEncoder, TorchMLPEncoder
 
 
-def is_image_space(space: gym.Space) -> bool:
-    """A Box of rank 3 whose values are not floats: frames (uint8) or grids (bool, ints)."""
+def has_raw_inputs(space: gym.Space) -> bool:
+    """A Box whose values are not floats, of rank 3 (frames, grids) or 1 (a flattened grid, counts):
+    RLlib's encoders would meet them as they are and fail at their first layer."""
     return (
         isinstance(space, gym.spaces.Box)
-        and len(space.shape) == 3
+        and len(space.shape) in (1, 3)
         and not np.issubdtype(space.dtype, np.floating)
     )
 
@@ -41,7 +43,8 @@ class ToFloat(torch.nn.Module):
 
 
 class ImageInputs:
-    """Mixin for an RLlib torch module: every CNN encoder it builds starts with :class:`ToFloat`.
+    """Mixin for an RLlib torch module: every encoder reading the observation starts with
+    :class:`ToFloat` (the CNN encoders of frames and grids, the MLP encoders of flat vectors).
 
     The scale depends on the observation space only, never on the dtype of a batch, so a
     policy fed float copies of the frames acts exactly as one fed the frames.
@@ -51,21 +54,25 @@ class ImageInputs:
         super().setup()  # type: ignore[misc]
         dtype = self.observation_space.dtype  # type: ignore[attr-defined]
         scale = 1.0 / 255.0 if dtype == np.uint8 else 1.0
-        modules: Any = self.modules()  # type: ignore[attr-defined]
-        for encoder in [m for m in modules if isinstance(m, TorchCNNEncoder)]:
-            encoder.net = torch.nn.Sequential(ToFloat(scale), *encoder.net)
+        flat = len(self.observation_space.shape) == 1  # type: ignore[attr-defined]
+        modules: list[Any] = list(self.modules())  # type: ignore[attr-defined]
+        for encoder in modules:
+            if isinstance(encoder, TorchCNNEncoder):
+                encoder.net = torch.nn.Sequential(ToFloat(scale), *encoder.net)
+            elif flat and isinstance(encoder, TorchMLPEncoder):
+                encoder.net = torch.nn.Sequential(ToFloat(scale), encoder.net)  # type: ignore[assignment]
 
 
 class ImagePPOModule(ImageInputs, DefaultPPOTorchRLModule):
-    """PPO's and IMPALA's default module, taking image observations as they come."""
+    """PPO's and IMPALA's default module, taking observations as they come."""
 
 
 class ImageAPPOModule(ImageInputs, DefaultAPPOTorchRLModule):
-    """APPO's default module, taking image observations as they come."""
+    """APPO's default module, taking observations as they come."""
 
 
 class ImageDQNModule(ImageInputs, DefaultDQNTorchRLModule):
-    """DQN's default module, taking image observations as they come."""
+    """DQN's default module, taking observations as they come."""
 
 
 IMAGE_MODULES: dict[type, type] = {
