@@ -48,6 +48,8 @@ class Case:
     eval_episodes: int = EVAL_EPISODES
     digits: int = 1  # decimals of the returns in the markdown (a success rate needs 2)
     modes: tuple[str, ...] = ("deterministic", "sampled")  # how the policy acts in evaluation
+    # SB3 on the experiment's own env (its config and wrappers, made by rl_app) instead of the bare id.
+    sb3_experiment_env: bool = False
 
 
 # RL Zoo's hyperparams/sac.yml: HalfCheetah (n_timesteps 1e6, learning_starts 10000, the rest SB3's
@@ -106,6 +108,22 @@ PPO_FROZENLAKE = {
     "ent_coef": 0.01,
     "max_grad_norm": 0.5,
 }
+# gymnax-blines' PPO settings for Breakout-MinAtar (agents/Breakout-MinAtar/ppo.yaml), as
+# ppo_minatar_breakout has them: separate 256x256 ReLU actor and critic on the flattened grid.
+PPO_MINATAR = {
+    "algorithm": "PPO",
+    "n_steps": 128,
+    "batch_size": 1024,
+    "n_epochs": 4,
+    "learning_rate": 5e-4,
+    "gamma": 0.999,
+    "gae_lambda": 0.95,
+    "clip_range": 0.2,
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+    "max_grad_norm": 0.5,
+    "policy_kwargs": {"net_arch": {"pi": [256, 256], "vf": [256, 256]}, "activation_fn": "ReLU"},
+}
 CASES = {
     case.experiment: case
     for case in (
@@ -156,6 +174,19 @@ CASES = {
             eval_episodes=100,  # a success rate: 10 episodes would be +-0.15
             digits=2,
             differences="the same settings on both sides: 8 envs x 128 steps, 10 epochs of 256",
+        ),
+        Case(
+            "ppo_minatar_breakout",
+            marks=(320_000, 640_000, 1_280_000),
+            seeds=(100, 101, 102),
+            sb3=PPO_MINATAR,
+            sb3_envs=64,
+            sb3_experiment_env=True,
+            eval_episodes=20,
+            differences=(
+                "the same settings on both sides (gymnax-blines' PPO: 64 envs x 128 steps, 4 epochs of 8 "
+                "minibatches, separate 256x256 networks), SB3 on the experiment's env as rl_app makes it"
+            ),
         ),
     )
 }
@@ -230,10 +261,21 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
         key: linear(*value[1:]) if isinstance(value, tuple) else value for key, value in case.sb3.items()
     }
     algorithm = getattr(stable_baselines3, kwargs.pop("algorithm"))
-    name = env_id(case.experiment)
-    env = make_vec_env(name, n_envs=case.sb3_envs, seed=seed) if case.sb3_envs > 1 else gym.make(name)
+    if "activation_fn" in kwargs.get("policy_kwargs", {}):  # named in the case, a class for SB3
+        activation = getattr(torch.nn, kwargs["policy_kwargs"]["activation_fn"])
+        kwargs["policy_kwargs"] = {**kwargs["policy_kwargs"], "activation_fn": activation}
+    if case.sb3_experiment_env:
+        from rl_app.config import load_experiment
+        from rl_app.envs import make_env
+
+        spec = load_experiment(case.experiment).config.env
+        env = make_vec_env(lambda: make_env(spec), n_envs=case.sb3_envs, seed=seed)
+        eval_env = make_env(spec, evaluation=True)
+    else:
+        name = env_id(case.experiment)
+        env = make_vec_env(name, n_envs=case.sb3_envs, seed=seed) if case.sb3_envs > 1 else gym.make(name)
+        eval_env = gym.make(name)
     model = algorithm("MlpPolicy", env, seed=seed, verbose=0, **kwargs)
-    eval_env = gym.make(name)
     rows: list[dict[str, Any]] = []
     began = time.perf_counter()
 
