@@ -83,8 +83,12 @@ def plot(results: dict[str, Any], out: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     rows = results["summary"]
-    for index in range(len(results["seeds"])):
-        ax.plot(MARKS, [row["per_seed"][index] for row in rows], "-", color="tab:blue", alpha=0.35, lw=1)
+    for index, seed in enumerate(results["seeds"]):
+        values = [row["per_seed"][index] for row in rows]
+        ax.plot(MARKS, values, ":", color="grey", lw=1, label="each seed" if index == 0 else None)
+        ax.annotate(
+            f"seed {seed}", (MARKS[-1], values[-1]), xytext=(4, 0), textcoords="offset points", fontsize=7
+        )
     ax.plot(
         MARKS,
         [row["median"]["median"] for row in rows],
@@ -108,11 +112,12 @@ def plot(results: dict[str, Any], out: Path) -> None:
         label="gymnax-blines PPO (one seed)",
     )
     ax.axhline(TARGET, color="tab:red", ls=":", label=f"target at {TARGET_MARK:,} steps ({TARGET:g})")
+    ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1e6:g}M")
     ax.set_xlabel("environment steps")
     ax.set_ylabel(f"mean return, {EVAL_EPISODES} episodes, sampled actions")
     ax.set_title(f"{EXPERIMENT}: seeds {', '.join(map(str, results['seeds']))} on {results['cores']} CPUs")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
