@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -54,6 +55,14 @@ def test_every_shipped_experiment_builds_and_trains(name: str, shipped: Path, tm
     assert summary.status == "finished" and summary.iterations == 1
     (row,) = rows(summary.run_dir)
     assert int(row["timesteps"]) == summary.timesteps > 0  # the summary and progress.csv agree
+    # Strict JSON: a return never measured (no evaluation ran here) is null, not -Infinity.
+    saved = json.loads((summary.run_dir / "summary.json").read_text(), parse_constant=_not_json)
+    measured = summary.best_eval_return if math.isfinite(summary.best_eval_return) else None
+    assert saved["best_eval_return"] == measured and saved["timesteps"] == summary.timesteps
+
+
+def _not_json(constant: str) -> None:
+    raise AssertionError(f"summary.json holds {constant}, which JSON does not have")
 
 
 def test_run_folder_tells_its_own_story(shipped: Path, tmp_path: Path) -> None:
@@ -83,7 +92,7 @@ def test_run_folder_tells_its_own_story(shipped: Path, tmp_path: Path) -> None:
     assert metadata["overrides"] == overrides
     assert metadata["versions"]["ray"] == "2.60.0"
     assert metadata["git_revision"]
-    assert "rl_app" in (run_dir / "command.txt").read_text() or (run_dir / "command.txt").read_text().strip()
+    assert (run_dir / "command.txt").read_text() == " ".join(sys.argv) + "\n"  # the process's command line
     saved = json.loads((run_dir / "summary.json").read_text())
     assert saved["status"] == "finished" and saved["iterations"] == 3
     png = run_dir / "reward_curve.png"

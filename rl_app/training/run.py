@@ -225,7 +225,12 @@ class TrainingRun:
         """The summary and status written, the reward curve asked for (:meth:`complete` waits)."""
         self.status = summary.status
         try:
-            write_json(self.run_dir / "summary.json", {**asdict(summary), "experiment": self.loop.name})
+            # A return never measured is -inf in memory; JSON has no infinity, so readers get null.
+            fields = {
+                k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in asdict(summary).items()
+            }
+            write_json(self.run_dir / "summary.json", {**fields, "experiment": self.loop.name})
             write_status(self.run_dir, summary.status, stop_reason=summary.stop_reason)
         except OSError as exc:  # the disk that refused a checkpoint may refuse these too
             self._cannot_write_summary(exc)
