@@ -176,7 +176,7 @@ bench-multi-agent: setup ## ppo_simple_spread and ppo_tictactoe_selfplay on held
 bench-learning-atari: setup ## ppo_breakout for one hour of training on this machine, its curve and final score vs random (~70 min)
 	$(BIN)/python bench/atari_learning.py $(ARGS)
 
-bench-learning-minatar: setup ## ppo_minatar_breakout on 3 held-out seeds to 5.12M steps vs gymnax-blines' published PPO (~40 min)
+bench-learning-minatar: setup ## ppo_minatar_breakout on 3 held-out seeds to 5.12M steps vs gymnax-blines' published PPO (~27 min)
 	$(BIN)/python bench/minatar_learning.py $(ARGS)
 
 bench-env-speed: setup ## steps/s raw and under the runners: Pong (Python vector envs vs ale-py's native one), HalfCheetah with its filter (~12 min)

@@ -151,8 +151,8 @@ def ours_time_to_solve(case: SolveCase, seed: int) -> dict[str, float]:
     return {
         "wall_s": wall,
         "timesteps": data["timesteps"],
-        "best_eval": data["best_eval_return"],
-        "solved": data["best_eval_return"] >= TARGET,
+        "best_eval": data["best_eval_return"],  # null when no evaluation ran
+        "solved": data["best_eval_return"] is not None and data["best_eval_return"] >= TARGET,
     }
 
 

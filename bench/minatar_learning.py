@@ -131,8 +131,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"`{EXPERIMENT}` as shipped, held-out seeds {seeds}, on {results['cores']} CPUs. At each mark (the "
         f"first iteration past it) the policy played {EVAL_EPISODES} episodes with sampled actions; each "
         "seed's figure is their mean, and the table gives the median over seeds with a bootstrap 95 % "
-        f"interval ({len(results['seeds'])} seeds: wide). Published: {SOURCE}. Target, fixed before the "
-        f"runs: the median at {TARGET_MARK:,} steps >= {TARGET:g}.",
+        f"interval (with {len(results['seeds'])} seeds, about their range). Published: {SOURCE}. Target, "
+        f"fixed before the runs: the median at {TARGET_MARK:,} steps >= {TARGET:g}.",
         "",
         "| env steps | rl_app median [95 % interval] | per seed | minutes, evaluations included (median) "
         "| published | rl_app / published |",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -47,7 +48,8 @@ class Case:
     sb3_envs: int = 1  # SB3's vector env width (RL Zoo's n_envs)
     eval_episodes: int = EVAL_EPISODES
     digits: int = 1  # decimals of the returns in the markdown (a success rate needs 2)
-    modes: tuple[str, ...] = ("deterministic", "sampled")  # how the policy acts in evaluation
+    # How the policy acts in evaluation; this bench's table needs both, other benches pick.
+    modes: tuple[str, ...] = ("deterministic", "sampled")
     # SB3 on the experiment's own env (its config and wrappers, made by rl_app) instead of the bare id.
     sb3_experiment_env: bool = False
 
@@ -184,8 +186,10 @@ CASES = {
             sb3_experiment_env=True,
             eval_episodes=20,
             differences=(
-                "the same settings on both sides (gymnax-blines' PPO: 64 envs x 128 steps, 4 epochs of 8 "
-                "minibatches, separate 256x256 networks), SB3 on the experiment's env as rl_app makes it"
+                "gymnax-blines' PPO settings on both sides (64 envs x 128 steps, 4 epochs of 8 minibatches, "
+                "separate 256x256 networks, no value clipping) on the experiment's env as rl_app makes it; "
+                "SB3 initialises orthogonally and normalises advantages per minibatch, rl_app with torch's "
+                "default initialisation and per batch"
             ),
         ),
     )
@@ -224,15 +228,20 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
             steps = algo.train()[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME]
             while marks and steps >= marks[0]:
                 row: dict[str, Any] = {"mark": marks.pop(0), "steps": int(steps)}
-                for mode in case.modes:
-                    module = copy.deepcopy(algo.get_module())
-                    space = observation_space(env_spec)
-                    policy = Policy(
-                        module, explore=mode == "sampled", timestep=int(steps), observation_space=space
-                    ).eval()
-                    results = run_episodes(policy, env_spec, episodes)
-                    row[mode] = [r.episode_return for r in results]
+                # Sampled evaluation actions draw from torch's generator, which training shares: a
+                # fork leaves the training's draws as if no evaluation had run.
+                evaluating = time.perf_counter()
+                with torch.random.fork_rng():
+                    for mode in case.modes:
+                        module = copy.deepcopy(algo.get_module())
+                        space = observation_space(env_spec)
+                        policy = Policy(
+                            module, explore=mode == "sampled", timestep=int(steps), observation_space=space
+                        ).eval()
+                        results = run_episodes(policy, env_spec, episodes)
+                        row[mode] = [r.episode_return for r in results]
                 torch.set_num_threads(THREADS)  # run_episodes takes one thread
+                row["eval_s"] = time.perf_counter() - evaluating
                 row["wall_s"] = time.perf_counter() - began
                 rows.append(row)
                 print(f"  rl_app seed {seed}: {_row_text(row)}", file=sys.stderr, flush=True)
@@ -296,8 +305,11 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
         def _on_step(self) -> bool:
             if self.num_timesteps in case.marks:
                 row = {"mark": self.num_timesteps, "steps": self.num_timesteps}
-                for mode in case.modes:
-                    row[mode] = episode_returns(mode == "deterministic")
+                evaluating = time.perf_counter()
+                with torch.random.fork_rng():  # as on rl_app's side
+                    for mode in case.modes:
+                        row[mode] = episode_returns(mode == "deterministic")
+                row["eval_s"] = time.perf_counter() - evaluating
                 row["wall_s"] = time.perf_counter() - began
                 rows.append(row)
                 print(f"  SB3 seed {seed}: {_row_text(row)}", file=sys.stderr, flush=True)
@@ -374,8 +386,23 @@ def markdown(results: dict[str, Any]) -> str:
         episodes = entry["case"].get("eval_episodes", EVAL_EPISODES)
         lines.append(
             f"- {name}: seeds {seeds}, {episodes} evaluation episodes; {entry['case']['differences']}."
+            + _cost_text(entry["runs"])
         )
     return "\n".join(lines) + "\n"
+
+
+def _cost_text(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """Each side's median seconds a seed, and how many of them went to the evaluations (results
+    from before evaluations were timed apart have no such figure)."""
+    parts = []
+    for side, label in (("rl_app", "rl_app"), ("sb3", "SB3")):
+        marks = [run["marks"] for run in runs.get(side, []) if run["marks"]]
+        if not marks or any("eval_s" not in row for rows in marks for row in rows):
+            return ""
+        wall = statistics.median(rows[-1]["wall_s"] for rows in marks)
+        evaluation = statistics.median(sum(row["eval_s"] for row in rows) for rows in marks)
+        parts.append(f"{label} {wall:.0f} s a seed, {evaluation:.0f} s of it evaluating")
+    return " Median time: " + "; ".join(parts) + "."
 
 
 def main() -> int:
