@@ -1,7 +1,8 @@
 """Learning proof for the experiments too slow for the test suite: train as shipped, check the target.
 
     python bench/learning.py [EXP ...]      (default: every shipped experiment but the *_sweep ones,
-                                             which bench/sweep.py covers, and the Atari ones)
+                                             which bench/sweep.py covers, and those with a bench
+                                             of their own: OTHER_PROOFS, CLUSTER_BUDGETS)
 
 Writes bench/results/learning-<date>.json, prints the rows of bench/README.md's learning table,
 and exits 1 if an experiment misses its target.
