@@ -187,8 +187,8 @@ class ColumnMinibatches:
         ((self._module_id, module_batch),) = settings["batch"].policy_batches.items()
         self._columns: dict[str, torch.Tensor] = dict(module_batch)
         self._env_steps = len(settings["batch"])
-        self._minibatch_size = settings["minibatch_size"]
-        self._num_epochs = settings["num_epochs"]
+        self._rows_per_minibatch = settings["minibatch_size"]
+        self._epochs = settings["num_epochs"]
         self._shuffle = settings["shuffle_batch_per_epoch"]
         self.last = False  # whether the minibatch last yielded is the update's final one
         self.count = 0  # minibatches yielded, all of ``minibatch_size`` rows
@@ -220,8 +220,8 @@ class ColumnMinibatches:
         # gather per column, where shuffling the columns, slicing and concatenating cost a copy each.
         order = np.arange(size)
         start, epochs, shuffled = 0, 0, False
-        while epochs < self._num_epochs:
-            wanted, parts = self._minibatch_size, []
+        while epochs < self._epochs:
+            wanted, parts = self._rows_per_minibatch, []
             while start + wanted >= size:  # to the end of the batch, then round again (RLlib's >=)
                 parts.append(order[start:])
                 wanted -= size - start
@@ -237,5 +237,5 @@ class ColumnMinibatches:
             else:
                 rows = torch.from_numpy(np.concatenate(parts)).to(device)
                 minibatch = {key: value.index_select(0, rows) for key, value in columns.items()}
-            self.last, self.count = epochs >= self._num_epochs, self.count + 1
+            self.last, self.count = epochs >= self._epochs, self.count + 1
             yield MultiAgentBatch({self._module_id: SampleBatch(minibatch)}, self._env_steps)

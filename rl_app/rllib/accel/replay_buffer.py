@@ -222,16 +222,16 @@ class ArrayPrioritizedEpisodeReplayBuffer:
         slots, n_steps, lasts, rewards = (np.concatenate(part) for part in zip(*accepted, strict=True))
         self._last_sampled = slots
         self.sampled_timesteps += batch_size
-        return self._batch(slots, n_steps, lasts, rewards, beta)
+        return self._learner_columns(slots, n_steps, lasts, rewards, beta)
 
     def batch_at(
         self, slots: np.ndarray, n_steps: np.ndarray, gamma: float, beta: float
     ) -> dict[str, np.ndarray]:
         """The learner's columns for the n-step transitions starting at ``slots``."""
         _, lasts, rewards = self._n_step(slots, n_steps, gamma)
-        return self._batch(slots, n_steps, lasts, rewards, beta)
+        return self._learner_columns(slots, n_steps, lasts, rewards, beta)
 
-    def _batch(
+    def _learner_columns(
         self, slots: np.ndarray, n_steps: np.ndarray, lasts: np.ndarray, rewards: np.ndarray, beta: float
     ) -> dict[str, np.ndarray]:
         stored, total = len(self), self._sum.root

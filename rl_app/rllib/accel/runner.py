@@ -316,7 +316,7 @@ class BatchedEnvRunner(RLAppEnvRunner):
     def _sample_episodes(
         self, num_timesteps: int | None, num_episodes: int | None, explore: bool, force_reset: bool
     ) -> list[Any]:
-        """RLlib's ``_sample`` for ``num_timesteps`` (episode chunks, continued next call) or
+        """RLlib's ``sample`` step for ``num_timesteps`` (episode chunks, continued next call) or
         ``num_episodes`` (complete episodes from freshly reset envs; the unfinished are dropped)."""
         if force_reset or num_episodes is not None or self.needs_initial_reset:
             self.reset_envs_and_episodes(explore)
