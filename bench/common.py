@@ -4,10 +4,14 @@ and where results are written."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = RESULTS.parents[1]
 
 
 def build_experiment_algo(experiment: str, overrides: list[str], cpus: int, gpus: int) -> Any:
@@ -29,3 +33,12 @@ def write_results(name: str, results: dict[str, Any], markdown: str) -> None:
     out.with_suffix(".md").write_text(markdown)
     print(markdown)
     print(f"wrote {out}.json and .md")
+
+
+def run_worker(script: str, *arguments: str) -> dict[str, Any]:
+    """``script --worker ARGUMENTS`` in a fresh process on this tree's experiments: the JSON
+    object its last line of output prints."""
+    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
+    command = [sys.executable, script, "--worker", *arguments]
+    result = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env)
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))

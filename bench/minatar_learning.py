@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, write_results
+from common import REPO, RESULTS, run_worker, write_results
 from parity import Case, ours
 from stats import interval_text, median_interval
 
@@ -44,7 +43,6 @@ SOURCE = (
 )
 PUBLISHED = {320_000: 8.37, 640_000: 15.45, 3_200_000: 15.54, 5_120_000: 21.95}
 TARGET_MARK, TARGET = 5_120_000, 21.95
-REPO = Path(__file__).resolve().parents[1]
 
 
 def case(seeds: tuple[int, ...]) -> Case:
@@ -53,10 +51,7 @@ def case(seeds: tuple[int, ...]) -> Case:
 
 def run_seed(seed: int) -> dict[str, Any]:
     """One seed's training and evaluations, in a fresh process (this script's ``--worker``)."""
-    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
-    command = [sys.executable, __file__, "--worker", str(seed)]
-    result = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env)
-    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    return run_worker(__file__, str(seed))
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,10 +26,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from common import write_results
+from common import run_worker, write_results
 from stats import interval_text, median_interval, paired_difference
 
-REPO = Path(__file__).resolve().parents[1]
 THREADS = 2
 EVAL_EPISODES = 10
 EVAL_SEED = 1000
@@ -326,10 +323,7 @@ def _row_text(row: dict[str, Any]) -> str:
 
 def run_side(side: str, case: Case, seed: int) -> dict[str, Any]:
     """One side's run of one seed, in a fresh process (this script's ``--worker``)."""
-    env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
-    command = [sys.executable, __file__, "--worker", side, case.experiment, str(seed)]
-    result = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env)
-    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    return run_worker(__file__, side, case.experiment, str(seed))
 
 
 def summarize(case: Case, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -322,11 +322,12 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     acceleration = plan_acceleration(experiment, plan)
     runners = experiment.env_runners
     agents = multi_agent_setup_of(experiment, source)
+    threads = env_threads(experiment, plan)
     config = (
         _config_class(spec)()
         .framework("torch")
         .environment(
-            env=registered_env(experiment.env, threads=env_threads(experiment, plan)),
+            env=registered_env(experiment.env, threads=threads),
             env_config=dict(experiment.env.config),
         )
         .env_runners(
@@ -416,7 +417,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     evaluation = experiment.evaluation
     if evaluation.interval:
         evaluation_env = (
-            {"env": registered_env(experiment.env, evaluation=True, threads=env_threads(experiment, plan))}
+            {"env": registered_env(experiment.env, evaluation=True, threads=threads)}
             if has_training_only_wrappers(experiment.env)
             else {}
         )
