@@ -49,6 +49,9 @@ class Case:
     modes: tuple[str, ...] = ("deterministic", "sampled")
     # SB3 on the experiment's own env (its config and wrappers, made by rl_app) instead of the bare id.
     sb3_experiment_env: bool = False
+    # SB3's observations through VecNormalize (observations only), for an experiment with RLlib's
+    # MeanStdFilter; SB3 evaluates with the statistics frozen, as rl_app's checkpoint holds them.
+    sb3_normalize_observations: bool = False
 
 
 # RL Zoo's hyperparams/sac.yml: HalfCheetah (n_timesteps 1e6, learning_starts 10000, the rest SB3's
@@ -123,6 +126,22 @@ PPO_MINATAR = {
     "max_grad_norm": 0.5,
     "policy_kwargs": {"net_arch": {"pi": [256, 256], "vf": [256, 256]}, "activation_fn": "ReLU"},
 }
+# ppo_halfcheetah's own settings (after CleanRL's ppo_continuous_action) for SB3: 8 envs x 512
+# steps, 10 epochs of 256, separate 64x64 tanh actor and critic.
+PPO_HALFCHEETAH = {
+    "algorithm": "PPO",
+    "n_steps": 512,
+    "batch_size": 256,
+    "n_epochs": 10,
+    "learning_rate": 3e-4,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip_range": 0.2,
+    "ent_coef": 0.0,
+    "vf_coef": 0.5,
+    "max_grad_norm": 0.5,
+    "policy_kwargs": {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": "Tanh"},
+}
 CASES = {
     case.experiment: case
     for case in (
@@ -189,6 +208,20 @@ CASES = {
                 "default initialisation and per batch"
             ),
         ),
+        Case(
+            "ppo_halfcheetah",
+            marks=(250_000, 500_000, 1_000_000),
+            seeds=(100, 101, 102),
+            sb3=PPO_HALFCHEETAH,
+            sb3_envs=8,
+            sb3_normalize_observations=True,
+            differences=(
+                "the experiment's settings on both sides (8 envs x 512 steps, 10 epochs of 256, separate "
+                "64x64 tanh networks, observations normalised: RLlib's MeanStdFilter, SB3's VecNormalize, "
+                "both clipped at 10, rewards not); the log std is a head of rl_app's actor, a free "
+                "parameter of SB3's; SB3 initialises orthogonally and normalises advantages per minibatch"
+            ),
+        ),
     )
 }
 
@@ -215,7 +248,9 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
     from rl_app.policy.module import Policy
 
     torch.set_num_threads(THREADS)
-    env_spec = load_experiment(case.experiment).config.env
+    experiment = load_experiment(case.experiment).config
+    env_spec = experiment.env
+    filtered = experiment.env_runners.observation_filter is not None
     episodes = [(i, EVAL_SEED + i) for i in range(case.eval_episodes)]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
@@ -228,12 +263,17 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
                 # Sampled evaluation actions draw from torch's generator, which training shares: a
                 # fork leaves the training's draws as if no evaluation had run.
                 evaluating = time.perf_counter()
+                observation_filter = _saved_observation_filter(algo) if filtered else None
                 with torch.random.fork_rng():
                     for mode in case.modes:
                         module = copy.deepcopy(algo.get_module())
                         space = observation_space(env_spec)
                         policy = Policy(
-                            module, explore=mode == "sampled", timestep=int(steps), observation_space=space
+                            module,
+                            explore=mode == "sampled",
+                            timestep=int(steps),
+                            observation_space=space,
+                            observation_filter=observation_filter,
                         ).eval()
                         results = run_episodes(policy, env_spec, episodes)
                         row[mode] = [r.episode_return for r in results]
@@ -246,6 +286,18 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
     finally:
         shutdown_ray(local=True)
     return {"threads": torch.get_num_threads(), "marks": rows}
+
+
+def _saved_observation_filter(algo: Any) -> Any:
+    """The observation filter as ``rl_app evaluate`` reads it from a checkpoint of ``algo`` now."""
+    import tempfile
+
+    from rl_app.policy.module import load_observation_filter
+    from rl_app.rllib.algorithm import save_algorithm
+
+    with tempfile.TemporaryDirectory() as folder:
+        save_algorithm(algo, Path(folder), replay_buffer=False)
+        return load_observation_filter(Path(folder))
 
 
 def sb3(case: Case, seed: int) -> dict[str, Any]:
@@ -281,9 +333,16 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
         name = env_id(case.experiment)
         env = make_vec_env(name, n_envs=case.sb3_envs, seed=seed) if case.sb3_envs > 1 else gym.make(name)
         eval_env = gym.make(name)
+    if case.sb3_normalize_observations:
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        env = VecNormalize(env, norm_obs=True, norm_reward=False, clip_obs=10.0)
     model = algorithm("MlpPolicy", env, seed=seed, verbose=0, **kwargs)
     rows: list[dict[str, Any]] = []
     began = time.perf_counter()
+
+    def normalized(obs: Any) -> Any:  # VecNormalize's statistics, not updated by the evaluation
+        return env.normalize_obs(obs) if case.sb3_normalize_observations else obs
 
     def episode_returns(deterministic: bool) -> list[float]:
         returns = []
@@ -291,7 +350,7 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
             obs, _ = eval_env.reset(seed=EVAL_SEED + i)
             total, done = 0.0, False
             while not done:
-                action, _ = model.predict(obs, deterministic=deterministic)
+                action, _ = model.predict(normalized(obs), deterministic=deterministic)
                 action = action if action.shape else action.item()  # a Discrete action as an int
                 obs, reward, terminated, truncated, _ = eval_env.step(action)
                 total, done = total + float(reward), terminated or truncated
