@@ -150,6 +150,7 @@ def ours_time_to_solve(case: SolveCase, seed: int) -> dict[str, float]:
         data = json.loads(summary.read_text())
     return {
         "wall_s": wall,
+        "eval_s": data["evaluation_s"],  # the seconds of RLlib's evaluate() calls
         "timesteps": data["timesteps"],
         "best_eval": data["best_eval_return"],  # null when no evaluation ran
         "solved": data["best_eval_return"] is not None and data["best_eval_return"] >= TARGET,
@@ -193,12 +194,22 @@ class TimeCap(BaseCallback):
     def _on_step(self):
         return time.perf_counter() - began < cap
 
+class TimedEval(EvalCallback):  # its evaluations' seconds, told apart from training's
+    seconds = 0.0
+    def _on_step(self):
+        started = time.perf_counter()
+        try:
+            return super()._on_step()
+        finally:
+            TimedEval.seconds += time.perf_counter() - started
+
 stop = StopTrainingOnRewardThreshold(reward_threshold=target, verbose=0)
-evaluation = EvalCallback(gym.make("CartPole-v1"), callback_on_new_best=stop, eval_freq=every // n_envs,
-                          n_eval_episodes=episodes, deterministic=True, verbose=0)
+evaluation = TimedEval(gym.make("CartPole-v1"), callback_on_new_best=stop, eval_freq=every // n_envs,
+                       n_eval_episodes=episodes, deterministic=True, verbose=0)
 model.learn(total_timesteps=budget, callback=CallbackList([evaluation, TimeCap()]))
 print(json.dumps({"timesteps": model.num_timesteps, "best": float(evaluation.best_mean_reward),
-                  "wall_s": time.perf_counter() - began, "torch_threads": torch.get_num_threads()}))
+                  "wall_s": time.perf_counter() - began, "eval_s": TimedEval.seconds,
+                  "torch_threads": torch.get_num_threads()}))
 """
 
 
@@ -217,6 +228,7 @@ def sb3_time_to_solve(case: SolveCase, seed: int) -> dict[str, float]:
     wall = time.perf_counter() - began
     return {
         "wall_s": wall,
+        "eval_s": data["eval_s"],
         "timesteps": data["timesteps"],
         "best_eval": data["best"],
         "solved": data["best"] >= TARGET,
@@ -258,6 +270,7 @@ def time_to_solve(case: SolveCase, seeds: list[int]) -> dict[str, Any]:
             "wall_s": median_interval(walls),
             "min_wall_s": min(walls),
             "max_wall_s": max(walls),
+            "eval_s": median_interval([r["eval_s"] for r in rows]),
             "median_timesteps": statistics.median(r["timesteps"] for r in rows),
             "timesteps": median_interval([r["timesteps"] for r in rows]),
             "median_best_eval": statistics.median(r["best_eval"] for r in rows),
@@ -555,15 +568,17 @@ def solve_lines(cases: dict[str, Any]) -> list[str]:
             + (f"; torch threads rl_app {threads['rl_app']}, SB3 {threads['sb3']}" if threads else "")
             + (f" ({t['note']})" if "note" in t else ""),
             "",
-            "| | wall s, whole process | env steps | best eval | solved |",
-            "|---|---|---|---|---|",
+            "| | wall s, whole process | of which evaluating | env steps | best eval | solved |",
+            "|---|---|---|---|---|---|",
         ]
         for name in ("rl_app", "sb3"):
             r = t[name]
             wall = interval_text(r["wall_s"], 1) if "wall_s" in r else f"{r['median_wall_s']:.1f}"
+            # Runs from before evaluations were timed apart have no such figure.
+            evaluating = interval_text(r["eval_s"], 1) if "eval_s" in r else "not timed"
             steps = interval_text(r["timesteps"], 0) if "timesteps" in r else f"{r['median_timesteps']:,.0f}"
             lines.append(
-                f"| {name} | {wall} | {steps} | {r['median_best_eval']:.1f} | "
+                f"| {name} | {wall} | {evaluating} | {steps} | {r['median_best_eval']:.1f} | "
                 f"{r['solved']}/{len(t['seeds'])} |"
             )
         bound = (

@@ -211,15 +211,16 @@ CASES = {
         Case(
             "ppo_halfcheetah",
             marks=(250_000, 500_000, 1_000_000),
-            seeds=(100, 101, 102),
+            # Fresh seeds: 100-102 measured the settings before SB3's semantics were taken.
+            seeds=(103, 104, 105),
             sb3=PPO_HALFCHEETAH,
             sb3_envs=8,
             sb3_normalize_observations=True,
             differences=(
                 "the experiment's settings on both sides (8 envs x 512 steps, 10 epochs of 256, separate "
                 "64x64 tanh networks, observations normalised: RLlib's MeanStdFilter, SB3's VecNormalize, "
-                "both clipped at 10, rewards not); the log std is a head of rl_app's actor, a free "
-                "parameter of SB3's; SB3 initialises orthogonally and normalises advantages per minibatch"
+                "both clipped at 10, rewards not; a free log std, orthogonal initialisation, no KL "
+                "penalty); SB3 normalises advantages per minibatch, rl_app per batch"
             ),
         ),
     )

@@ -66,7 +66,10 @@ def _not_json(constant: str) -> None:
 
 
 def test_run_folder_tells_its_own_story(shipped: Path, tmp_path: Path) -> None:
-    overrides = [*SMALL_PPO, "stop.iterations=3", "checkpoint.every=1", "checkpoint.keep=2", "seed=5"]
+    overrides = [
+        *SMALL_PPO, "stop.iterations=3", "checkpoint.every=1", "checkpoint.keep=2", "seed=5",
+        "evaluation.interval=2",
+    ]  # fmt: skip
     summary = train("ppo_cartpole", overrides, runs_root=tmp_path)
     run_dir = summary.run_dir
     assert run_dir.parent == tmp_path / "ppo_cartpole"
@@ -74,6 +77,11 @@ def test_run_folder_tells_its_own_story(shipped: Path, tmp_path: Path) -> None:
     progress = rows(run_dir)
     assert [int(r["iteration"]) for r in progress] == [1, 2, 3]
     assert all(float(r["steps_per_s"]) > 0 for r in progress)
+    # The evaluation's seconds, apart: only the iteration that evaluated spent any, within its own.
+    evaluating = [float(r["evaluation_s"]) for r in progress]
+    assert evaluating[0] == evaluating[2] == 0.0
+    assert 0 < evaluating[1] < float(progress[1]["iteration_s"])
+    assert summary.evaluation_s == pytest.approx(sum(evaluating))
     assert int(progress[-1]["timesteps"]) == summary.timesteps >= 1200
 
     kept = [p.name for p in list_checkpoints(run_dir)]

@@ -198,8 +198,10 @@ def test_observation_normalisation_is_kept_in_the_checkpoint_and_applied_by_the_
     ray_session: None, tmp_path: Path
 ) -> None:
     import onnxruntime as ort
+    import torch
     from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
     from ray.rllib.connectors.env_to_module import MeanStdFilter
+    from ray.rllib.core.rl_module.rl_module import RLModule
 
     from rl_app.policy.export import export_policy
     from rl_app.training.run import train
@@ -227,6 +229,13 @@ def test_observation_normalisation_is_kept_in_the_checkpoint_and_applied_by_the_
     assert not np.allclose(normalised, raw_obs, atol=0.1)
 
     target = export_policy(str(summary.run_dir), "onnx", tmp_path / "export")
-    exported = ort.InferenceSession(str(target)).run(None, {"obs": raw_obs})[0]
+    session = ort.InferenceSession(str(target))
+    exported, dist_inputs = session.run(None, {"obs": raw_obs})
     # Raw observations into the export give what RLlib's module gives on RLlib's normalised ones.
     np.testing.assert_allclose(exported, rllib_actions(checkpoint, normalised), atol=1e-4)
+    # The distribution inputs too, the free log-std among them, for a batch of any size.
+    module = RLModule.from_checkpoint(str(checkpoint / "learner_group/learner/rl_module/default_policy"))
+    with torch.no_grad():
+        theirs = module.forward_inference({"obs": torch.as_tensor(normalised)})["action_dist_inputs"].numpy()
+    np.testing.assert_allclose(dist_inputs, theirs, atol=1e-4)
+    assert [session.run(None, {"obs": raw_obs[:n]})[1].shape for n in (1, 5)] == [(1, 12), (5, 12)]

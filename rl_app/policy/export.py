@@ -128,6 +128,10 @@ def _export_one(policy: Any, fmt: str, target: Path, checkpoint: Path, info: Any
             f"{checkpoint}: a recurrent policy (model.use_lstm) carries its state from step to step, "
             "which an exported file does not take yet; evaluate it with `rl_app evaluate`"
         )
+    if isinstance(policy, Policy):
+        from rl_app.rllib.distributions import with_batch_free_log_std_heads
+
+        with_batch_free_log_std_heads(policy.module)
     example = _example_batch(policy)
     # ONNX exports also return the distribution inputs, so a server can sample actions too;
     # TorchScript keeps one output, the actions (what ``torch.jit.load(...)(obs)`` users expect).

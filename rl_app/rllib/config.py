@@ -316,6 +316,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
     from rl_app.envs import has_training_only_wrappers
     from rl_app.rllib.accel import apply_plan, plan_acceleration
     from rl_app.rllib.env_runner import env_runner_class
+    from rl_app.rllib.results import EvaluationClock
     from rl_app.rllib.runners import PROBE_TIMEOUT_S
 
     spec = algorithm_spec(experiment.algorithm)
@@ -415,6 +416,8 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
         if module_spec is not None:
             config.rl_module(rl_module_spec=module_spec)
     evaluation = experiment.evaluation
+    clock = EvaluationClock()
+    config.callbacks(on_evaluate_start=clock.start, on_evaluate_end=clock.end)
     if evaluation.interval:
         evaluation_env = (
             {"env": registered_env(experiment.env, evaluation=True, threads=threads)}

@@ -1,5 +1,6 @@
-"""What rl_app takes from RLlib's action distributions outside training: the deterministic action
-and the bounds of a squashed Gaussian's log-std (the server samples with them, without RLlib).
+"""What rl_app takes from RLlib's action distributions outside training: the deterministic action,
+the bounds of a squashed Gaussian's log-std (the server samples with them, without RLlib), and
+distribution inputs that an exported file computes for any batch size.
 
 One place departs from RLlib on purpose: the deterministic action of a squashed Gaussian
 (:func:`deterministic_actions`, :class:`SquashedGaussian`). RLlib 2.60's
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 from ray.rllib.core.distribution.torch.torch_distribution import TorchDeterministic, TorchSquashedGaussian
+from ray.rllib.core.models.torch.heads import TorchFreeLogStdMLPHead
 from ray.rllib.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT
 
 # The log-std a squashed Gaussian clamps its outputs to (RLlib's MIN/MAX_LOG_NN_OUTPUT).
@@ -43,3 +45,31 @@ class SquashedGaussian(TorchSquashedGaussian):
     def to_deterministic(self) -> TorchDeterministic:
         loc: torch.Tensor = self.loc  # type: ignore[assignment]  # RLlib types it float | Any
         return TorchDeterministic(loc=squash(loc))
+
+
+class BatchFreeLogStdHead(torch.nn.Module):
+    """RLlib's free log-std head (``model.free_log_std``) with the log-std broadcast to the batch by
+    ``expand``. RLlib's head repeats it ``len(mean)`` times, which tracing records as the example
+    batch's size: an exported file would then take batches of that size only."""
+
+    def __init__(self, head: TorchFreeLogStdMLPHead) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        head = self.head
+        mean, log_std = head.net(inputs), head.log_std
+        if head.clip_log_std:
+            bound = head.log_std_clip_param_const
+            log_std = torch.clamp(log_std, -bound, bound)
+        return torch.cat([mean, log_std.unsqueeze(0).expand(mean.shape[0], -1)], dim=1)
+
+
+def with_batch_free_log_std_heads(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` (changed in place) with each free log-std head as :class:`BatchFreeLogStdHead`,
+    for tracing into an export; the outputs are the same."""
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, TorchFreeLogStdMLPHead):
+                setattr(parent, name, BatchFreeLogStdHead(child))
+    return module

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from ray.rllib.env.env_runner import NUM_ENV_STEP_FAILURES_LIFETIME
@@ -24,6 +25,26 @@ from ray.tune.result import TIME_THIS_ITER_S, TRAINING_ITERATION
 
 from rl_app.rllib.self_play import REFRESHED
 from rl_app.runs.progress import IterationMetrics, number_or_nan
+
+# Our key in RLlib's evaluation results: the seconds ``Algorithm.evaluate()`` took.
+EVALUATION_SECONDS = "evaluation_s"
+
+
+class EvaluationClock:
+    """Times each ``Algorithm.evaluate()`` through RLlib's ``on_evaluate_start`` and
+    ``on_evaluate_end`` callbacks and adds the seconds to its results (``on_evaluate_end`` may add
+    metrics), so that an iteration's evaluation cost is told apart from its training's."""
+
+    def __init__(self) -> None:
+        self.began: float | None = None
+
+    def start(self, **_: Any) -> None:
+        self.began = time.perf_counter()
+
+    def end(self, *, evaluation_metrics: dict[str, Any], **_: Any) -> None:
+        if self.began is not None:
+            evaluation_metrics[EVALUATION_SECONDS] = time.perf_counter() - self.began
+            self.began = None
 
 
 def evaluated_this_iteration(iteration: int, evaluation_interval: int) -> bool:
@@ -62,6 +83,7 @@ def metrics_from_result(
     )
     iteration_s = float(result.get(TIME_THIS_ITER_S) or 0.0)
     evaluated = evaluated_this_iteration(iteration, evaluation_interval)
+    evaluation_s = result.get(EVALUATION_RESULTS, {}).get(EVALUATION_SECONDS) if evaluated else 0.0
     return IterationMetrics(
         iteration=iteration,
         timesteps=timesteps,
@@ -73,6 +95,7 @@ def metrics_from_result(
         eval_return_mean=evaluation_return(result) if evaluated else math.nan,
         steps_per_s=(timesteps - previous_timesteps) / iteration_s if iteration_s > 0 else 0.0,
         iteration_s=iteration_s,
+        evaluation_s=number_or_nan(evaluation_s),
         elapsed_s=elapsed_s,
         env_failures=float(runners.get(NUM_ENV_STEP_FAILURES_LIFETIME) or 0),
         policy_returns=policy_returns(result),

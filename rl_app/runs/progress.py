@@ -28,6 +28,7 @@ class IterationMetrics:
     steps_per_s: float
     iteration_s: float
     elapsed_s: float
+    evaluation_s: float = math.nan  # of iteration_s, the seconds spent evaluating (NaN: not timed)
     cpu_percent: float = math.nan
     memory_mb: float = math.nan
     system_memory_percent: float = math.nan

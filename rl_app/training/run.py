@@ -59,6 +59,7 @@ class RunSummary:
     final_return: float
     last_checkpoint: Path | None
     elapsed_s: float
+    evaluation_s: float = math.nan  # of this process's iterations, the seconds spent evaluating
     resumed_from: str | None = None
 
 
@@ -142,7 +143,7 @@ class TrainingRun:
         status, reason = "failed", "error"
         monitor, tensorboard = SystemMonitor(), TensorBoardLog(self.run_dir)
         every = self.experiment.checkpoint.every
-        faults = (0.0, 0.0)
+        faults, evaluation_s = (0.0, 0.0), 0.0
         saved = start.iteration  # the iteration of the newest complete checkpoint this process wrote
         with (self.run_dir / "progress.csv").open("w", newline="") as handle, _interrupts_raise():
             progress = ProgressWriter(handle, start.rows, self.loop.policies)
@@ -166,6 +167,7 @@ class TrainingRun:
                     faults = self._new_faults(metrics, faults)
                     best = finite_max(best, metrics.return_mean)
                     best_eval = finite_max(best_eval, metrics.eval_return_mean)
+                    evaluation_s += metrics.evaluation_s
                     last = metrics.return_mean
                     if metrics.iteration % every == 0:
                         last_checkpoint = self._checkpoint()
@@ -198,6 +200,7 @@ class TrainingRun:
                     final_return=last,
                     last_checkpoint=last_checkpoint,
                     elapsed_s=self.loop.elapsed_s,
+                    evaluation_s=evaluation_s,
                 )
                 # The summary takes a moment and imports matplotlib, which a signal raised
                 # inside would turn into an ImportError: further signals wait (handlers return on exit).
