@@ -261,10 +261,11 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
             steps = algo.train()[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME]
             while marks and steps >= marks[0]:
                 row: dict[str, Any] = {"mark": marks.pop(0), "steps": int(steps)}
+                # A checkpoint's save, not timed as evaluation: SB3 reads its statistics in place.
+                observation_filter = _saved_observation_filter(algo) if filtered else None
+                evaluating = time.perf_counter()
                 # Sampled evaluation actions draw from torch's generator, which training shares: a
                 # fork leaves the training's draws as if no evaluation had run.
-                evaluating = time.perf_counter()
-                observation_filter = _saved_observation_filter(algo) if filtered else None
                 with torch.random.fork_rng():
                     for mode in case.modes:
                         module = copy.deepcopy(algo.get_module())
@@ -332,7 +333,8 @@ def sb3(case: Case, seed: int) -> dict[str, Any]:
         eval_env = make_env(spec, evaluation=True)
     else:
         name = env_id(case.experiment)
-        env = make_vec_env(name, n_envs=case.sb3_envs, seed=seed) if case.sb3_envs > 1 else gym.make(name)
+        vectorized = case.sb3_envs > 1 or case.sb3_normalize_observations  # VecNormalize takes a VecEnv
+        env = make_vec_env(name, n_envs=case.sb3_envs, seed=seed) if vectorized else gym.make(name)
         eval_env = gym.make(name)
     if case.sb3_normalize_observations:
         from stable_baselines3.common.vec_env import VecNormalize

@@ -210,6 +210,7 @@ def test_observation_normalisation_is_kept_in_the_checkpoint_and_applied_by_the_
     overrides = [
         *("training.train_batch_size_per_learner=512", "training.minibatch_size=128"),
         *("training.num_epochs=1", "stop.iterations=2", "checkpoint.every=1", "evaluation.interval=0"),
+        "model.free_log_std=true",  # RLlib's free log-std head, which export must trace for any batch size
     ]
     summary = train("ppo_halfcheetah", overrides, runs_root=tmp_path)
     checkpoint = list_checkpoints(summary.run_dir)[-1]
@@ -238,4 +239,10 @@ def test_observation_normalisation_is_kept_in_the_checkpoint_and_applied_by_the_
     with torch.no_grad():
         theirs = module.forward_inference({"obs": torch.as_tensor(normalised)})["action_dist_inputs"].numpy()
     np.testing.assert_allclose(dist_inputs, theirs, atol=1e-4)
-    assert [session.run(None, {"obs": raw_obs[:n]})[1].shape for n in (1, 5)] == [(1, 12), (5, 12)]
+    for rows in (1, 5):
+        np.testing.assert_allclose(session.run(None, {"obs": raw_obs[:rows]})[1], theirs[:rows], atol=1e-4)
+    scripted = torch.jit.load(str(export_policy(str(summary.run_dir), "torchscript", tmp_path / "export")))
+    for rows in (1, 5, 64):
+        np.testing.assert_allclose(
+            scripted(torch.as_tensor(raw_obs[:rows])).numpy(), exported[:rows], atol=1e-4
+        )

@@ -69,6 +69,8 @@ def with_batch_free_log_std_heads(module: torch.nn.Module) -> torch.nn.Module:
     """``module`` (changed in place) with each free log-std head as :class:`BatchFreeLogStdHead`,
     for tracing into an export; the outputs are the same."""
     for parent in list(module.modules()):
+        if isinstance(parent, BatchFreeLogStdHead):  # wrapped already
+            continue
         for name, child in list(parent.named_children()):
             if isinstance(child, TorchFreeLogStdMLPHead):
                 setattr(parent, name, BatchFreeLogStdHead(child))

@@ -26,14 +26,16 @@ from ray.tune.result import TIME_THIS_ITER_S, TRAINING_ITERATION
 from rl_app.rllib.self_play import REFRESHED
 from rl_app.runs.progress import IterationMetrics, number_or_nan
 
-# Our key in RLlib's evaluation results: the seconds ``Algorithm.evaluate()`` took.
+# Our key in RLlib's evaluation results: the seconds its evaluation episodes took.
 EVALUATION_SECONDS = "evaluation_s"
 
 
 class EvaluationClock:
-    """Times each ``Algorithm.evaluate()`` through RLlib's ``on_evaluate_start`` and
-    ``on_evaluate_end`` callbacks and adds the seconds to its results (``on_evaluate_end`` may add
-    metrics), so that an iteration's evaluation cost is told apart from its training's."""
+    """Times each ``Algorithm.evaluate()`` from its ``on_evaluate_start`` callback to its
+    ``on_evaluate_end`` (the episodes and their metrics; the weights and filter statistics sent to
+    the evaluation runners before are not counted) and adds the seconds to its results, which
+    ``on_evaluate_end`` may extend, so that an iteration's evaluation cost is told apart from its
+    training's."""
 
     def __init__(self) -> None:
         self.began: float | None = None

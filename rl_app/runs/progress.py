@@ -68,6 +68,11 @@ def number_or_nan(value: Any) -> float:
     return float(value) if isinstance(value, numbers.Real) else math.nan
 
 
+def finite_sum(total: float, value: float) -> float:
+    """``total + value``, ignoring a NaN ``value`` (a number not measured)."""
+    return total if math.isnan(value) else total + value
+
+
 def finite_max(current: float, value: float) -> float:
     """The larger of the two, ignoring a NaN ``value``."""
     return current if math.isnan(value) else max(current, value)
@@ -91,6 +96,7 @@ class StartPoint:
     best_return: float = -math.inf
     best_eval_return: float = -math.inf
     last_return: float = math.nan
+    evaluation_s: float = 0.0  # the kept rows' evaluation seconds (rows from before it was timed: none)
     rows: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -111,6 +117,7 @@ def start_point_from_progress(progress_csv: Path, up_to_iteration: int) -> Start
             start.best_eval_return = finite_max(
                 start.best_eval_return, float(row["eval_return_mean"] or "nan")
             )
+            start.evaluation_s = finite_sum(start.evaluation_s, float(row.get("evaluation_s") or "nan"))
     return start
 
 

@@ -5,6 +5,7 @@ evaluate, save, restore, reseed, warm start)."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -127,10 +128,18 @@ class TabularBackend:
         self.qlearning = TabularQLearning(experiment, source)
 
     def train(self, previous_timesteps: int, elapsed_s: float) -> tuple[IterationMetrics, dict[str, Any]]:
-        metrics = replace(self.qlearning.train(), elapsed_s=elapsed_s)
+        metrics = replace(self.qlearning.train(), elapsed_s=elapsed_s, evaluation_s=0.0)
         interval = self.experiment.evaluation.interval
         if interval and metrics.iteration % interval == 0:
-            metrics = replace(metrics, eval_return_mean=self.evaluate())
+            began = time.perf_counter()
+            eval_return = self.evaluate()
+            evaluation_s = time.perf_counter() - began
+            metrics = replace(
+                metrics,
+                eval_return_mean=eval_return,
+                evaluation_s=evaluation_s,
+                iteration_s=metrics.iteration_s + evaluation_s,
+            )
         numbers = {key: value for key, value in metrics.values().items() if not math.isnan(value)}
         return metrics, {
             "tabular": {**numbers, "epsilon": self._epsilon(), "states_visited": self._visited()}

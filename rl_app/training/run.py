@@ -35,6 +35,7 @@ from rl_app.runs.progress import (
     ProgressWriter,
     StartPoint,
     finite_max,
+    finite_sum,
     start_point_from_progress,
 )
 from rl_app.runs.remote import RunMirror, StorageFolder
@@ -59,7 +60,7 @@ class RunSummary:
     final_return: float
     last_checkpoint: Path | None
     elapsed_s: float
-    evaluation_s: float = math.nan  # of this process's iterations, the seconds spent evaluating
+    evaluation_s: float = math.nan  # the seconds spent evaluating, over the run's iterations
     resumed_from: str | None = None
 
 
@@ -143,7 +144,7 @@ class TrainingRun:
         status, reason = "failed", "error"
         monitor, tensorboard = SystemMonitor(), TensorBoardLog(self.run_dir)
         every = self.experiment.checkpoint.every
-        faults, evaluation_s = (0.0, 0.0), 0.0
+        faults, evaluation_s = (0.0, 0.0), start.evaluation_s
         saved = start.iteration  # the iteration of the newest complete checkpoint this process wrote
         with (self.run_dir / "progress.csv").open("w", newline="") as handle, _interrupts_raise():
             progress = ProgressWriter(handle, start.rows, self.loop.policies)
@@ -167,7 +168,7 @@ class TrainingRun:
                     faults = self._new_faults(metrics, faults)
                     best = finite_max(best, metrics.return_mean)
                     best_eval = finite_max(best_eval, metrics.eval_return_mean)
-                    evaluation_s += metrics.evaluation_s
+                    evaluation_s = finite_sum(evaluation_s, metrics.evaluation_s)
                     last = metrics.return_mean
                     if metrics.iteration % every == 0:
                         last_checkpoint = self._checkpoint()
