@@ -588,7 +588,7 @@ def solve_lines(cases: dict[str, Any]) -> list[str]:
             lines.append(
                 "\nrl_app / SB3, paired by seed: wall time "
                 f"**{interval_text(t['wall_ratio'], 2, 'x')}**{bound}, "
-                f"env steps {interval_text(t['steps_ratio'], 2, 'x')}"
+                f"env steps {interval_text(t['steps_ratio'], 2, 'x')}" + _less_evaluations(t["runs"])
             )
         else:
             lines.append(f"\nrl_app / SB3 median wall time: **{t['ratio']:.2f}x**{bound}")
@@ -599,6 +599,15 @@ def solve_lines(cases: dict[str, Any]) -> list[str]:
                 f"\nTarget (fixed before the run): wall-time ratio <= {TARGET_WALL_RATIO:g}: {verdict}."
             )
     return lines
+
+
+def _less_evaluations(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """The paired wall-time ratio without each side's evaluations (runs from before they were
+    timed apart: nothing)."""
+    if any("eval_s" not in r for side in runs.values() for r in side):
+        return ""
+    ours, theirs = ([r["wall_s"] - r["eval_s"] for r in runs[side]] for side in ("rl_app", "sb3"))
+    return f", wall time less the evaluations {interval_text(paired_ratio(ours, theirs), 2, 'x')}"
 
 
 def markdown(results: dict[str, Any]) -> str:
