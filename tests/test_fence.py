@@ -64,7 +64,7 @@ COPIED = {
     "ray.rllib.core.distribution.torch.torch_distribution:TorchCategorical.from_logits": ("rl_app.rllib.accel.draws:sample_categorical", "0354d7e0490f46fa"),
     "ray.rllib.core.distribution.torch.torch_distribution:TorchSquashedGaussian.from_logits": ("rl_app.rllib.accel.draws:_normal", "7d32eacbd0874980"),
     "ray.rllib.core.distribution.torch.torch_distribution:TorchSquashedGaussian._squash": ("rl_app.rllib.distributions:squash", "a42deca9554c4d8e"),
-    "ray.rllib.core.models.torch.heads:TorchFreeLogStdMLPHead._forward": ("rl_app.rllib.distributions:BatchFreeLogStdHead.forward", "e108f88243389a73"),
+    "ray.rllib.core.models.torch.heads:TorchFreeLogStdMLPHead._forward": ("rl_app.rllib.accel.adapter:BatchFreeLogStdHead.forward", "e108f88243389a73"),
     "ray.rllib.core.distribution.torch.torch_distribution:TorchSquashedGaussian._squashed_logp": ("rl_app.rllib.accel.draws:_log_prob_of_squashed", "11bb55fc0f70fdc1"),
     "ray.rllib.core.distribution.torch.torch_distribution:TorchSquashedGaussian.sample": ("rl_app.rllib.accel.draws:sample_squashed_gaussian", "830475f65a2ff159"),
     "ray.rllib.core.distribution.torch.torch_distribution:TorchSquashedGaussian.logp": ("rl_app.rllib.accel.draws:sample_squashed_gaussian", "3fc2cce634994a60"),

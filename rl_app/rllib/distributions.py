@@ -47,27 +47,11 @@ class SquashedGaussian(TorchSquashedGaussian):
         return TorchDeterministic(loc=squash(loc))
 
 
-class BatchFreeLogStdHead(torch.nn.Module):
-    """RLlib's free log-std head (``model.free_log_std``) with the log-std broadcast to the batch by
-    ``expand``. RLlib's head repeats it ``len(mean)`` times, which tracing records as the example
-    batch's size: an exported file would then take batches of that size only."""
-
-    def __init__(self, head: TorchFreeLogStdMLPHead) -> None:
-        super().__init__()
-        self.head = head
-
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        head = self.head
-        mean, log_std = head.net(inputs), head.log_std
-        if head.clip_log_std:
-            bound = head.log_std_clip_param_const
-            log_std = torch.clamp(log_std, -bound, bound)
-        return torch.cat([mean, log_std.unsqueeze(0).expand(mean.shape[0], -1)], dim=1)
-
-
 def with_batch_free_log_std_heads(module: torch.nn.Module) -> torch.nn.Module:
     """``module`` (changed in place) with each free log-std head as :class:`BatchFreeLogStdHead`,
     for tracing into an export; the outputs are the same."""
+    from rl_app.rllib.accel.adapter import BatchFreeLogStdHead  # the adapter's imports: export only
+
     for parent in list(module.modules()):
         if isinstance(parent, BatchFreeLogStdHead):  # wrapped already
             continue

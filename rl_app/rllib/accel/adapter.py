@@ -18,11 +18,13 @@ import uuid
 from typing import Any, cast
 
 import numpy as np
+import torch
 from ray.rllib.algorithms.sac.sac_catalog import SACCatalog
 from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
 from ray.rllib.connectors.env_to_module import MeanStdFilter
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.models.torch.encoder import TorchMLPEncoder
+from ray.rllib.core.models.torch.heads import TorchFreeLogStdMLPHead
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -110,6 +112,10 @@ PRIVATE_ATTRIBUTES: dict[tuple[str, str], tuple[str, ...]] = {
         "_action_space", "_observation_space",
     ),
     ("ray.rllib.env.utils.infinite_lookback_buffer", "InfiniteLookbackBuffer"): ("_space", "_space_struct"),
+    # Not underscored, yet only the head's forward pass reads them (BatchFreeLogStdHead).
+    ("ray.rllib.core.models.torch.heads", "TorchFreeLogStdMLPHead"): (
+        "net", "log_std", "clip_log_std", "log_std_clip_param_const",
+    ),
 }  # fmt: skip
 
 # (module, class): methods a class must leave to its bases, because rl_app's learners replace the
@@ -701,7 +707,8 @@ def update_without_reducing_metrics(learner: Any, **kwargs: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# Models: RLlib 2.60's SAC module and catalog, its MLP encoder, catalogs' encoder config.
+# Models: RLlib 2.60's SAC module and catalog, its MLP encoder, catalogs' encoder config, its free
+# log-std head.
 
 
 class SACModuleInternals(DefaultSACTorchRLModule):
@@ -738,3 +745,21 @@ class MLPEncoderInternals(TorchMLPEncoder):
 def encoder_config_of(catalog: Any) -> Any:
     """The encoder config a catalog builds its encoder(s) from (RLlib's ``_encoder_config``)."""
     return catalog._encoder_config
+
+
+class BatchFreeLogStdHead(torch.nn.Module):
+    """RLlib's free log-std head (``model.free_log_std``) with the log-std broadcast to the batch by
+    ``expand``. RLlib's head repeats it ``len(mean)`` times, which tracing records as the example
+    batch's size: an exported file would then take batches of that size only."""
+
+    def __init__(self, head: TorchFreeLogStdMLPHead) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        head = self.head
+        mean, log_std = head.net(inputs), head.log_std
+        if head.clip_log_std:
+            bound = head.log_std_clip_param_const
+            log_std = torch.clamp(log_std, -bound, bound)
+        return torch.cat([mean, log_std.unsqueeze(0).expand(mean.shape[0], -1)], dim=1)
