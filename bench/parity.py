@@ -1,6 +1,7 @@
 """Learning parity at equal env steps: rl_app against Stable-Baselines3, on held-out seeds.
 
-    python bench/parity.py [CASE ...] [--seeds 1,2,3]      (default: every case, its own seeds)
+    python bench/parity.py [CASE ...] [--seeds 1,2,3] [--side-by-side]
+                                          (default: every case, its own seeds, one side at a time)
 
 For each case, the experiment as shipped (rl_app) and SB3 with RL Zoo's hyperparameters for the
 env (``Case.sb3``; what differs from the experiment is listed with the case) train on the same
@@ -8,7 +9,10 @@ seeds, each run in a fresh process, the two sides interleaved seed by seed. At e
 mark both are evaluated on the same episodes: ``Case.eval_episodes`` episodes reset with seeds 1000,
 1001, ..., deterministic actions (SB3's ``predict(deterministic=True)``, rl_app's policy as
 ``rl_app evaluate`` runs it) and sampled ones. The seeds must not be among the experiment's
-``tuning_seeds``. Both sides use ``THREADS`` torch threads.
+``tuning_seeds``. Both sides use ``THREADS`` torch threads; ``--side-by-side`` runs a seed's two
+sides at once instead, each process pinned to a core of its own with one torch thread: for a run
+bound by small updates (SAC), where a second thread adds little, that nearly halves the wall time,
+and what a side learns does not depend on what else the machine is doing (bench/README.md).
 
 Writes bench/results/parity-<date>-<time>.json and .md: per mark, the median return of each side
 with a bootstrap 95 % interval, and the paired per-seed difference rl_app - SB3.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -30,6 +35,7 @@ from common import run_worker, write_results
 from stats import interval_text, median_interval, paired_difference
 
 THREADS = 2
+SIDES = ("rl_app", "sb3")
 EVAL_EPISODES = 10
 EVAL_SEED = 1000
 
@@ -168,10 +174,14 @@ CASES = {
         ),
         Case(
             "sac_halfcheetah",
-            marks=(10_000, 20_000, 30_000),
-            seeds=(1, 2, 3),
+            marks=(30_000, 60_000, 100_000),
+            # Fresh seeds: 1-3 measured the 30k marks before (bench/results/parity-2026-12-06-1639).
+            seeds=(100, 101, 102),
             sb3={"algorithm": "SAC", **SAC_ZOO, "learning_starts": 5_000},
-            differences="both start learning after 5,000 random steps (RL Zoo: 10,000)",
+            differences=(
+                "RL Zoo's settings on both sides, both starting to learn after 5,000 random steps "
+                "(RL Zoo: 10,000); rl_app's replay is RLlib's prioritized buffer with alpha 0 (uniform)"
+            ),
         ),
         Case(
             "sac_pendulum",
@@ -233,7 +243,7 @@ def env_id(experiment: str) -> str:
     return load_experiment(experiment).config.env.id
 
 
-def ours(case: Case, seed: int) -> dict[str, Any]:
+def ours(case: Case, seed: int, threads: int) -> dict[str, Any]:
     """Train ``case.experiment`` as rl_app builds it, evaluating at each mark (in this process)."""
     import copy
 
@@ -248,7 +258,7 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
     from rl_app.policy.evaluate import run_episodes
     from rl_app.policy.module import Policy
 
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(threads)
     experiment = load_experiment(case.experiment).config
     env_spec = experiment.env
     filtered = experiment.env_runners.observation_filter is not None
@@ -279,7 +289,7 @@ def ours(case: Case, seed: int) -> dict[str, Any]:
                         ).eval()
                         results = run_episodes(policy, env_spec, episodes)
                         row[mode] = [r.episode_return for r in results]
-                torch.set_num_threads(THREADS)  # run_episodes takes one thread
+                torch.set_num_threads(threads)  # run_episodes takes one thread
                 row["eval_s"] = time.perf_counter() - evaluating
                 row["wall_s"] = time.perf_counter() - began
                 rows.append(row)
@@ -302,14 +312,14 @@ def _saved_observation_filter(algo: Any) -> Any:
         return load_observation_filter(Path(folder))
 
 
-def sb3(case: Case, seed: int) -> dict[str, Any]:
+def sb3(case: Case, seed: int, threads: int) -> dict[str, Any]:
     """Train SB3 with ``case.sb3``, evaluating at each mark as :func:`ours` does."""
     import gymnasium as gym
     import stable_baselines3
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(threads)
     from stable_baselines3.common.env_util import make_vec_env
 
     budget = max(case.marks)
@@ -383,9 +393,26 @@ def _row_text(row: dict[str, Any]) -> str:
     return f"{row['steps']:,} steps: {', '.join(means)} ({row['wall_s']:.0f} s)"
 
 
-def run_side(side: str, case: Case, seed: int) -> dict[str, Any]:
-    """One side's run of one seed, in a fresh process (this script's ``--worker``)."""
-    return run_worker(__file__, side, case.experiment, str(seed))
+def run_side(side: str, case: Case, seed: int, threads: int, core: int | None) -> dict[str, Any]:
+    """One side's run of one seed, in a fresh process (this script's ``--worker``), pinned to
+    ``core`` when given (its children, Ray's processes among them, inherit the pinning)."""
+    return run_worker(__file__, side, case.experiment, str(seed), str(threads), str(core))
+
+
+def run_seed(case: Case, seed: int, side_by_side: bool) -> dict[str, dict[str, Any]]:
+    """Both sides' runs of ``seed``: one after the other on ``THREADS`` threads, or at once, each on
+    a core and a thread of its own."""
+    if not side_by_side:
+        return {side: run_side(side, case, seed, THREADS, None) for side in SIDES}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(SIDES)) as pool:
+        cores = sorted(os.sched_getaffinity(0))[: len(SIDES)]  # main() checks there are enough
+        futures = {
+            side: pool.submit(run_side, side, case, seed, 1, core)
+            for side, core in zip(SIDES, cores, strict=True)
+        }
+        return {side: future.result() for side, future in futures.items()}
 
 
 def summarize(case: Case, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -416,7 +443,7 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Mean return of each case's evaluation episodes (reset seeds {EVAL_SEED}, {EVAL_SEED + 1}, ...) "
         f"at each mark; medians over the held-out seeds with bootstrap 95 % intervals; "
-        f"{THREADS} torch threads on both sides.",
+        + _threads_text(results),
         "",
         "| experiment | env steps | rl_app deterministic | rl_app sampled | SB3 deterministic "
         "| SB3 sampled | rl_app - SB3 (paired) |",
@@ -447,6 +474,12 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _threads_text(results: dict[str, Any]) -> str:
+    if results.get("side_by_side"):
+        return "the two sides of a seed at once, each pinned to a core of its own with 1 torch thread."
+    return f"{results.get('threads', THREADS)} torch threads on both sides."
+
+
 def _cost_text(runs: dict[str, list[dict[str, Any]]]) -> str:
     """Each side's median seconds a seed, and how many of them went to the evaluations (results
     from before evaluations were timed apart have no such figure)."""
@@ -465,8 +498,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"any of {', '.join(CASES)}")
     parser.add_argument("--seeds", help="comma-separated seeds (default: each case's own)")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run a seed's two sides at once, each on a core of its own with one torch thread",
+    )
     parser.add_argument("--render", type=Path, help="rewrite the markdown of a results JSON")
-    parser.add_argument("--worker", nargs=3, metavar=("SIDE", "CASE", "SEED"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker", nargs=5, metavar=("SIDE", "CASE", "SEED", "THREADS", "CORE"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     unknown = [name for name in args.cases if name not in CASES]
     if unknown:
@@ -478,15 +518,26 @@ def main() -> int:
         args.render.with_suffix(".md").write_text(markdown(results))
         return 0
     if args.worker:
-        side, name, seed = args.worker
+        side, name, seed, threads, core = args.worker
+        if core != "None":
+            os.sched_setaffinity(0, {int(core)})
         work = ours if side == "rl_app" else sb3
-        print(json.dumps(work(CASES[name], int(seed))))
+        print(json.dumps(work(CASES[name], int(seed), int(threads))))
         return 0
 
     from rl_app.config import load_experiment
 
     stamp = datetime.now().strftime("%Y-%m-%d-%H%M")
-    results: dict[str, Any] = {"date": stamp, "threads": THREADS, "cases": {}}
+    threads = 1 if args.side_by_side else THREADS
+    results: dict[str, Any] = {
+        "date": stamp,
+        "threads": threads,
+        "side_by_side": args.side_by_side,
+        "cases": {},
+    }
+    if args.side_by_side and len(os.sched_getaffinity(0)) < len(SIDES):
+        print(f"--side-by-side needs {len(SIDES)} cores", file=sys.stderr)
+        return 2
     for name in args.cases or list(CASES):
         case = CASES[name]
         if args.seeds:
@@ -495,11 +546,11 @@ def main() -> int:
         if tuned & set(case.seeds):
             print(f"{name}: seeds {sorted(tuned & set(case.seeds))} are its tuning seeds", file=sys.stderr)
             return 2
-        runs: dict[str, list[dict[str, Any]]] = {"rl_app": [], "sb3": []}
+        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
         for seed in case.seeds:  # interleaved: drift on a shared machine hits both alike
-            for side in runs:
-                print(f"{name}: {side}, seed {seed}", file=sys.stderr, flush=True)
-                runs[side].append({"seed": seed, **run_side(side, case, seed)})
+            print(f"{name}: seed {seed}", file=sys.stderr, flush=True)
+            for side, run in run_seed(case, seed, args.side_by_side).items():
+                runs[side].append({"seed": seed, **run})
         results["cases"][name] = {"case": asdict(case), "runs": runs, "summary": summarize(case, runs)}
         write_results(f"parity-{stamp}", results, markdown(results))  # each case kept as it ends
     return 0
