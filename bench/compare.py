@@ -12,7 +12,8 @@
    given), both sides with ``THREADS`` torch threads, set and read back; medians with bootstrap
    95 % intervals, ratios paired by seed, in wall time and in env steps.
 3. sampling: env steps/s of our env runners (the experiment's model, 0/1/2 remote runners)
-   vs the raw gymnasium vector env stepping random actions (the ceiling).
+   vs the raw gymnasium vector env stepping random actions (the ceiling); on the driver (0
+   runners) ours and RLlib's in turn for ``SAMPLING_ROUNDS`` rounds, their ratio paired by round.
 4. SAC HalfCheetah-v5 env steps/s while training, vs SB3's SAC with the same hyperparameters.
 
 Writes bench/results/compare-<date>.json and .md. No timing is asserted anywhere.
@@ -48,6 +49,7 @@ HELD_OUT_SEEDS = tuple(range(100, 110))  # fixed before any run on them; no expe
 # rl_app / SB3 of the shipped experiments (cases ppo and dqn) at most this.
 TARGET_WALL_RATIO = 1.0
 TARGET_CASES = ("ppo", "dqn")
+SAMPLING_ROUNDS = 3
 
 
 def timed(command: list[str], **kwargs: Any) -> float:
@@ -59,8 +61,9 @@ def timed(command: list[str], **kwargs: Any) -> float:
 def startup() -> dict[str, Any]:
     """`--help`, and how long `rl_app train` takes before its first iteration, vs `import ray`."""
     rl_app = str(Path(sys.executable).with_name("rl_app"))
-    help_s = statistics.median(timed([rl_app, "--help"]) for _ in range(5))
-    ray_s = statistics.median(timed([sys.executable, "-c", "import ray"]) for _ in range(5))
+    helps = [timed([rl_app, "--help"]) for _ in range(5)]
+    imports = [timed([sys.executable, "-c", "import ray"]) for _ in range(5)]
+    help_s, ray_s = statistics.median(helps), statistics.median(imports)
     walls, iterations = [], []
     # The median of 3: the first process after other work often pays ~1.5 s more (page cache).
     for _ in range(3):
@@ -79,6 +82,12 @@ def startup() -> dict[str, Any]:
         "train_process_1_iteration_s": wall,
         "train_process_1_iteration_runs_s": walls,
         "first_iteration_s": iteration_s,
+        "intervals": {
+            "rl_app_help_s": median_interval(helps),
+            "import_ray_s": median_interval(imports),
+            "train_process_1_iteration_s": median_interval(walls),
+            "first_iteration_s": median_interval(iterations),
+        },
         # Ray start, env runner and learner construction, final checkpoint and shutdown.
         "overhead_s": wall - iteration_s,
     }
@@ -489,11 +498,18 @@ def throughput(steps: int) -> dict[str, Any]:
             "sampler": sampler_of(config),
             "raw_single_process_steps_per_s": ceiling,
         }
+        # On the driver, ours and RLlib's in turn, round after round: drift hits both alike.
+        rounds = [
+            (sampling(experiment, 0, n), sampling(experiment, 0, n, runner="rllib"))
+            for _ in range(SAMPLING_ROUNDS)
+        ]
+        ours_by_round, rllib_by_round = ([pair[i] for pair in rounds] for i in (0, 1))
         for runners in (0, 1, 2):
-            # Ours and RLlib's side by side; for N remote runners the ceiling is N raw processes.
+            # For N remote runners the ceiling is N raw processes.
             rate, rllib = (
-                sampling(experiment, runners, n),
-                sampling(experiment, runners, n, runner="rllib"),
+                (statistics.median(ours_by_round), statistics.median(rllib_by_round))
+                if runners == 0
+                else (sampling(experiment, runners, n), sampling(experiment, runners, n, runner="rllib"))
             )
             row[f"{runners}_runners"] = {
                 "steps_per_s": rate,
@@ -503,7 +519,9 @@ def throughput(steps: int) -> dict[str, Any]:
             }
         # Same vectorization, same process count: the driver sampling against the raw vector env.
         row["fast_fraction_of_raw"] = row["0_runners"]["fraction_of_ceiling"]
-        row["fast_vs_rllib"] = row["0_runners"]["steps_per_s"] / row["0_runners"]["rllib_steps_per_s"]
+        row["fast_vs_rllib_by_round"] = paired_ratio(ours_by_round, rllib_by_round)
+        row["fast_vs_rllib"] = row["fast_vs_rllib_by_round"]["median"]
+        row["0_runners"].update(steps_per_s_by_round=ours_by_round, rllib_steps_per_s_by_round=rllib_by_round)
     rows["ppo_cartpole"]["per_step_cost"] = per_step_cost("ppo_cartpole", steps)
     return rows
 
@@ -612,21 +630,28 @@ def _less_evaluations(runs: dict[str, list[dict[str, Any]]]) -> str:
 
 def markdown(results: dict[str, Any]) -> str:
     s = results["startup"]
+
+    def seconds(key: str, digits: int) -> str:  # files from before the intervals have the median only
+        interval = s.get("intervals", {}).get(key)
+        return interval_text(interval, digits) if interval else f"{s[key]:.{digits}f}"
+
     lines = [
         f"# rl_app benchmarks, {results['date']} ({results['machine']})",
         "",
-        "| start-up | seconds |",
+        "| start-up"
+        + (" (medians of 5, 5, 3 and 3 runs, bootstrap 95 % intervals)" if "intervals" in s else "")
+        + " | seconds |",
         "|---|---|",
-        f"| `rl_app --help` | {s['rl_app_help_s']:.2f} |",
-        f"| `python -c 'import ray'` | {s['import_ray_s']:.2f} |",
-        f"| `rl_app train`, 1 iteration, whole process | {s['train_process_1_iteration_s']:.1f} |",
-        f"| of which the iteration | {s['first_iteration_s']:.1f} |",
+        f"| `rl_app --help` | {seconds('rl_app_help_s', 2)} |",
+        f"| `python -c 'import ray'` | {seconds('import_ray_s', 2)} |",
+        f"| `rl_app train`, 1 iteration, whole process | {seconds('train_process_1_iteration_s', 1)} |",
+        f"| of which the iteration | {seconds('first_iteration_s', 1)} |",
     ]
     lines += solve_lines(results.get("time_to_solve", {}))
     lines += [
         "",
-        "| sampling, steps/s (fraction of raw): ours / RLlib's | raw env | 0 runners | 1 runner | 2 runners "
-        "| ours / RLlib's, 0 runners |",
+        f"| sampling, steps/s (fraction of raw): ours / RLlib's | raw env | 0 runners (median of "
+        f"{SAMPLING_ROUNDS} rounds) | 1 runner | 2 runners | ours / RLlib's, 0 runners, paired by round |",
         "|---|---|---|---|---|---|",
     ]
     for experiment, row in results["throughput"].items():
@@ -639,7 +664,13 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {experiment} ({row['env']}; {row['sampler']}) | "
             f"{row['raw_single_process_steps_per_s']:,.0f} | "
             + " | ".join(cells)
-            + f" | **{row['fast_vs_rllib']:.1f}x** |"
+            + " | "
+            + (
+                f"**{interval_text(row['fast_vs_rllib_by_round'], 2, 'x')}**"
+                if "fast_vs_rllib_by_round" in row
+                else f"**{row['fast_vs_rllib']:.1f}x**"
+            )
+            + " |"
         )
     cost = results["throughput"]["ppo_cartpole"]["per_step_cost"]
     lines += [
@@ -691,7 +722,16 @@ def _keep_skipped_cases(results: dict[str, Any], skipped: list[str]) -> None:
     """A skipped time-to-solve case keeps the figures of the latest full run that has it, marked so."""
     if "time_to_solve" not in results:
         return
-    earlier_runs = sorted(RESULTS.glob("compare-????-??-??.json"), reverse=True)  # newest first
+    # Full runs and `--solve-only` runs, newest first by the date and time in their names.
+    earlier_runs = sorted(
+        [
+            *RESULTS.glob("compare-????-??-??.json"),
+            *RESULTS.glob("compare-????-??-??-????.json"),
+            *RESULTS.glob("solve-????-??-??-????.json"),
+        ],
+        key=lambda path: path.stem.split("-", 1)[1],
+        reverse=True,
+    )
     for key in skipped:
         for path in earlier_runs:
             earlier = json.loads(path.read_text()).get("time_to_solve", {})
