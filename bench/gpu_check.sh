@@ -39,7 +39,7 @@ EOF
 
 echo "== learner throughput, GPU vs CPU"
 python bench/learner.py --updates 5 --experiments ppo_cartpole sac_pendulum ppo_pong ppo_breakout || failed=1
-cp bench/results/learner-*.json "$OUT"/ 2>/dev/null
+cp bench/results/learner-*.json bench/results/learner-*.md "$OUT"/ 2>/dev/null
 
 echo "== rl_app train, learners.device: auto"
 python -m rl_app train ppo_cartpole --runs-dir "$OUT/runs" \

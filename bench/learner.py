@@ -6,22 +6,23 @@ For PPO (ppo_cartpole; ppo_pong, the CNN, when named: one update = num_epochs pa
 train batch, GAE included) and SAC (sac_pendulum: one update = one replay-sampled train batch), the
 update is timed alone: sampling and replay sampling happen between timings. On a
 machine with CUDA the same updates run on the GPU too and the GPU/CPU ratio is
-printed; without one the GPU column says so. Writes bench/results/learner-<date>.json.
+printed; without one the GPU column says so. Samples/s are medians over the updates with bootstrap
+95 % intervals. Writes bench/results/learner-<date>.json and .md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from common import build_experiment_algo
+from common import build_experiment_algo, write_results
+from stats import interval_text, median_interval
 
 from rl_app.cluster.session import shutdown_ray
 
@@ -113,7 +114,36 @@ def measure(experiment: str, device: str, updates: int) -> dict[str, float]:
     finally:
         algo.stop()
     median = statistics.median(seconds)
-    return {"batch": batch, "median_update_s": median, "samples_per_s": batch / median}
+    return {
+        "batch": batch,
+        "updates": len(seconds),
+        "median_update_s": median,
+        "samples_per_s": batch / median,
+        "samples_per_s_interval": median_interval([batch / each for each in seconds]),
+    }
+
+
+def markdown(results: dict[str, Any], experiments: list[str]) -> str:
+    gpu = results["gpu"]
+    lines = [
+        f"# Learner throughput, {results['date']} (torch {results['torch']}, GPU: {gpu or 'none visible'})",
+        "",
+        "Train-batch samples/s through one learner update, medians over the updates with bootstrap 95 % "
+        "intervals.",
+        "",
+        "| experiment | batch | updates | CPU samples/s | GPU samples/s | GPU / CPU |",
+        "|---|---|---|---|---|---|",
+    ]
+    for experiment in experiments:
+        row = results[experiment]
+        cpu = row["cpu"]
+        gpu_cell = interval_text(row["gpu"]["samples_per_s_interval"], 0) if gpu else "-"
+        ratio = f"{row['gpu_vs_cpu']:.2f}x" if gpu else "-"
+        lines.append(
+            f"| {experiment} | {cpu['batch']} | {cpu['updates']} | "
+            f"{interval_text(cpu['samples_per_s_interval'], 0)} | {gpu_cell} | {ratio} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -146,20 +176,12 @@ def main() -> int:
                 row["gpu_vs_cpu"] = row["gpu"]["samples_per_s"] / row["cpu"]["samples_per_s"]
     finally:
         shutdown_ray(local=True)
-    print(f"learner throughput (torch {results['torch']}, GPU: {results['gpu'] or 'none visible'})")
-    print(f"{'experiment':14s} {'batch':>6s} {'CPU samples/s':>14s} {'GPU samples/s':>14s} {'GPU/CPU':>8s}")
-    for experiment in args.experiments:
-        row = results[experiment]
-        gpu_cell = f"{row['gpu']['samples_per_s']:14,.0f}" if gpu else f"{'-':>14s}"
-        ratio = f"{row['gpu_vs_cpu']:7.2f}x" if gpu else f"{'-':>8s}"
-        print(
-            f"{experiment:14s} {row['cpu']['batch']:6d} "
-            f"{row['cpu']['samples_per_s']:14,.0f} {gpu_cell} {ratio}"
-        )
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"learner-{results['date']}.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
+    stamp = (
+        results["date"]
+        if not (RESULTS / f"learner-{results['date']}.json").exists()
+        else f"{datetime.now():%Y-%m-%d-%H%M}"
+    )
+    write_results(f"learner-{stamp}", results, markdown(results, args.experiments))
     return 0
 
 
