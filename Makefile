@@ -135,9 +135,10 @@ test-fast: setup ## everything but the slow learning tests and the multi-node on
 test-cluster: setup ## a head and two workers on loopback addresses: lost nodes, jobs, sweeps (~4 min)
 	$(BIN)/python -m pytest tests -m cluster
 
-bench: setup ## rl_app vs Stable-Baselines3 (PPO and DQN time to solve, held-out seeds 100-109), sampling, learner, start-up (~45 min)
+bench: setup ## rl_app vs Stable-Baselines3 (PPO and DQN time to solve, held-out seeds 100-109), sampling, learner, start-up (~55 min)
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
-	$(BIN)/python bench/compare.py $(ARGS)
+	$(BIN)/python bench/compare.py --solve-only $(ARGS)
+	$(BIN)/python bench/compare.py --no-solve
 	$(BIN)/python bench/learner.py
 	$(BIN)/python bench/env_speed.py
 

@@ -1,6 +1,6 @@
 """Side-by-side benchmarks, measured in the same run on the same machine and reported as ratios.
 
-    python bench/compare.py [--quick | --solve-only] [--seeds 100-109]
+    python bench/compare.py [--quick | --solve-only | --no-solve] [--seeds 100-109]
 
 1. start-up: `rl_app --help` and a bare `python -c "import ray"`.
 2. PPO and DQN CartPole-v1 time to solve: the whole `rl_app train ppo_cartpole` /
@@ -761,6 +761,11 @@ def main() -> int:
     )
     parser.add_argument("--solve-only", action="store_true", help="the time-to-solve cases alone")
     parser.add_argument(
+        "--no-solve",
+        action="store_true",
+        help="all but time to solve (`make bench` runs that with --solve-only)",
+    )
+    parser.add_argument(
         "--skip", nargs="*", default=[], choices=sorted(CASES), help="time-to-solve cases to skip"
     )
     args = parser.parse_args()
@@ -779,7 +784,7 @@ def main() -> int:
         write_results(f"solve-{stamp}", solved, title + "\n".join(solve_lines(cases)) + "\n")
         return 0
     results["startup"] = startup()
-    if not args.quick:
+    if not (args.quick or args.no_solve):
         cases = [key for key in CASES if key not in args.skip]
         results["time_to_solve"] = {key: time_to_solve(CASES[key], args.seeds) for key in cases}
         _keep_skipped_cases(results, args.skip)
