@@ -35,10 +35,12 @@ def write_results(name: str, results: dict[str, Any], markdown: str) -> None:
     print(f"wrote {out}.json and .md")
 
 
-def run_worker(script: str, *arguments: str) -> dict[str, Any]:
-    """``script --worker ARGUMENTS`` in a fresh process on this tree's experiments: the JSON
-    object its last line of output prints."""
+def run_worker(script: str, *arguments: str, core: int | None = None) -> dict[str, Any]:
+    """``script --worker ARGUMENTS`` in a fresh process on this tree's experiments, pinned to
+    ``core`` from its start when given: the JSON object its last line of output prints."""
     env = {**os.environ, "RL_APP_EXPERIMENTS_DIR": str(REPO / "experiments")}
     command = [sys.executable, script, "--worker", *arguments]
+    if core is not None:  # taskset pins before Python starts, so even import-time threads stay on it
+        command = ["taskset", "--cpu-list", str(core), *command]
     result = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env)
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))

@@ -498,12 +498,13 @@ def throughput(steps: int) -> dict[str, Any]:
             "sampler": sampler_of(config),
             "raw_single_process_steps_per_s": ceiling,
         }
-        # On the driver, ours and RLlib's in turn, round after round: drift hits both alike.
-        rounds = [
-            (sampling(experiment, 0, n), sampling(experiment, 0, n, runner="rllib"))
-            for _ in range(SAMPLING_ROUNDS)
-        ]
-        ours_by_round, rllib_by_round = ([pair[i] for pair in rounds] for i in (0, 1))
+        # On the driver, ours and RLlib's in turn, round after round, the first of a round
+        # alternating: drift hits both alike, and so does whatever going first or second costs.
+        ours_by_round, rllib_by_round = [], []
+        for round_index in range(SAMPLING_ROUNDS):
+            for runner in ("auto", "rllib") if round_index % 2 == 0 else ("rllib", "auto"):
+                rate = sampling(experiment, 0, n, runner=runner)
+                (ours_by_round if runner == "auto" else rllib_by_round).append(rate)
         for runners in (0, 1, 2):
             # For N remote runners the ceiling is N raw processes.
             rate, rllib = (
@@ -719,7 +720,8 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def _keep_skipped_cases(results: dict[str, Any], skipped: list[str]) -> None:
-    """A skipped time-to-solve case keeps the figures of the latest full run that has it, marked so."""
+    """A skipped time-to-solve case keeps the figures of the newest run that has it (a full run or a
+    ``--solve-only`` one; files named by the day alone count as that day's first), marked so."""
     if "time_to_solve" not in results:
         return
     # Full runs and `--solve-only` runs, newest first by the date and time in their names.
@@ -752,15 +754,18 @@ def seed_list(text: str) -> list[int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="start-up and sampling only (~2 min)")
+    parts = parser.add_mutually_exclusive_group()
+    parts.add_argument(
+        "--quick", action="store_true", help="start-up, sampling and SAC speed with fewer steps"
+    )
     parser.add_argument(
         "--seeds",
         type=seed_list,
         default=list(HELD_OUT_SEEDS),
         help="e.g. 100-109 or 3,5,8 (default 100-109)",
     )
-    parser.add_argument("--solve-only", action="store_true", help="the time-to-solve cases alone")
-    parser.add_argument(
+    parts.add_argument("--solve-only", action="store_true", help="the time-to-solve cases alone")
+    parts.add_argument(
         "--no-solve",
         action="store_true",
         help="all but time to solve (`make bench` runs that with --solve-only)",
@@ -773,13 +778,13 @@ def main() -> int:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     results: dict[str, Any] = {"date": date.today().isoformat(), "machine": f"{os.cpu_count()} CPUs"}
     RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"compare-{results['date']}{'-quick' if args.quick else ''}"
-    if stem.with_suffix(".json").exists():  # an earlier run today: kept, this one named by the hour
-        stem = stem.with_name(f"{stem.name}-{datetime.now():%H%M}")
+    stamp = f"{datetime.now():%Y-%m-%d-%H%M}"
+    stem = RESULTS / f"compare-{stamp}{'-quick' if args.quick else ''}"
     if args.solve_only:
-        stamp = f"{datetime.now():%Y-%m-%d-%H%M}"
         cases = {key: time_to_solve(CASES[key], args.seeds) for key in CASES if key not in args.skip}
         solved = {**results, "date": stamp, "time_to_solve": cases}
+        _keep_skipped_cases(solved, args.skip)
+        cases = solved["time_to_solve"]
         title = f"# Time to solve CartPole-v1, rl_app and SB3 + RL Zoo, {stamp} ({results['machine']})\n"
         write_results(f"solve-{stamp}", solved, title + "\n".join(solve_lines(cases)) + "\n")
         return 0

@@ -12,7 +12,7 @@
 # Where Ray is missing (the lent machine has CUDA torch but no Ray), it is installed first from
 # the wheels in $WHEELS (Ray and rl_app's other pins, cp312, carried with the tree). Each part
 # reports and the script goes on, so one call gives every figure it can; the exit status says
-# whether all passed. Results land in $OUT (learner-<date>.json, train.txt).
+# whether all passed. Results land in $OUT (learner-<date>.json and .md, train.txt).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"

@@ -7,7 +7,7 @@ train batch, GAE included) and SAC (sac_pendulum: one update = one replay-sample
 update is timed alone: sampling and replay sampling happen between timings. On a
 machine with CUDA the same updates run on the GPU too and the GPU/CPU ratio is
 printed; without one the GPU column says so. Samples/s are medians over the updates with bootstrap
-95 % intervals. Writes bench/results/learner-<date>.json and .md.
+95 % intervals. Writes bench/results/learner-<date>-<time>.json and .md.
 """
 
 from __future__ import annotations
@@ -107,19 +107,19 @@ CASES = {
 DEFAULT_CASES = ["ppo_cartpole", "sac_pendulum"]
 
 
-def measure(experiment: str, device: str, updates: int) -> dict[str, float]:
+def measure(experiment: str, device: str, updates: int) -> dict[str, Any]:
     algo = _build(experiment, device)
     try:
         batch, seconds = CASES[experiment](algo, updates)
     finally:
         algo.stop()
-    median = statistics.median(seconds)
+    rates = median_interval([batch / each for each in seconds])
     return {
         "batch": batch,
         "updates": len(seconds),
-        "median_update_s": median,
-        "samples_per_s": batch / median,
-        "samples_per_s_interval": median_interval([batch / each for each in seconds]),
+        "median_update_s": statistics.median(seconds),
+        "samples_per_s": rates["median"],
+        "samples_per_s_interval": rates,
     }
 
 
@@ -176,11 +176,7 @@ def main() -> int:
                 row["gpu_vs_cpu"] = row["gpu"]["samples_per_s"] / row["cpu"]["samples_per_s"]
     finally:
         shutdown_ray(local=True)
-    stamp = (
-        results["date"]
-        if not (RESULTS / f"learner-{results['date']}.json").exists()
-        else f"{datetime.now():%Y-%m-%d-%H%M}"
-    )
+    stamp = f"{datetime.now():%Y-%m-%d-%H%M}"
     write_results(f"learner-{stamp}", results, markdown(results, args.experiments))
     return 0
 

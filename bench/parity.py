@@ -11,8 +11,10 @@ mark both are evaluated on the same episodes: ``Case.eval_episodes`` episodes re
 ``rl_app evaluate`` runs it) and sampled ones. The seeds must not be among the experiment's
 ``tuning_seeds``. Both sides use ``THREADS`` torch threads; ``--side-by-side`` runs a seed's two
 sides at once instead, each process pinned to a core of its own with one torch thread: for a run
-bound by small updates (SAC), where a second thread adds little, that nearly halves the wall time,
-and what a side learns does not depend on what else the machine is doing (bench/README.md).
+bound by small updates (SAC), where a second thread adds little, that nearly halves the wall time
+(bench/README.md). A side's returns do not depend on the other running beside it, but one torch
+thread may round differently from two, so such a run is not comparable seed for seed with one
+that ran on two threads.
 
 Writes bench/results/parity-<date>-<time>.json and .md: per mark, the median return of each side
 with a bootstrap 95 % interval, and the paired per-seed difference rl_app - SB3.
@@ -243,7 +245,7 @@ def env_id(experiment: str) -> str:
     return load_experiment(experiment).config.env.id
 
 
-def ours(case: Case, seed: int, threads: int) -> dict[str, Any]:
+def ours(case: Case, seed: int, threads: int = THREADS) -> dict[str, Any]:
     """Train ``case.experiment`` as rl_app builds it, evaluating at each mark (in this process)."""
     import copy
 
@@ -312,7 +314,7 @@ def _saved_observation_filter(algo: Any) -> Any:
         return load_observation_filter(Path(folder))
 
 
-def sb3(case: Case, seed: int, threads: int) -> dict[str, Any]:
+def sb3(case: Case, seed: int, threads: int = THREADS) -> dict[str, Any]:
     """Train SB3 with ``case.sb3``, evaluating at each mark as :func:`ours` does."""
     import gymnasium as gym
     import stable_baselines3
@@ -395,8 +397,9 @@ def _row_text(row: dict[str, Any]) -> str:
 
 def run_side(side: str, case: Case, seed: int, threads: int, core: int | None) -> dict[str, Any]:
     """One side's run of one seed, in a fresh process (this script's ``--worker``), pinned to
-    ``core`` when given (its children, Ray's processes among them, inherit the pinning)."""
-    return run_worker(__file__, side, case.experiment, str(seed), str(threads), str(core))
+    ``core`` when given, from before it starts: every thread it and its children (Ray's processes
+    among them) start inherits the pinning."""
+    return run_worker(__file__, side, case.experiment, str(seed), str(threads), core=core)
 
 
 def run_seed(case: Case, seed: int, side_by_side: bool) -> dict[str, dict[str, Any]]:
@@ -408,6 +411,8 @@ def run_seed(case: Case, seed: int, side_by_side: bool) -> dict[str, dict[str, A
 
     with ThreadPoolExecutor(len(SIDES)) as pool:
         cores = sorted(os.sched_getaffinity(0))[: len(SIDES)]  # main() checks there are enough
+        shift = seed % len(SIDES)  # the first core (where interrupts tend to land) not always one side's
+        cores = cores[shift:] + cores[:shift]
         futures = {
             side: pool.submit(run_side, side, case, seed, 1, core)
             for side, core in zip(SIDES, cores, strict=True)
@@ -505,7 +510,7 @@ def main() -> int:
     )
     parser.add_argument("--render", type=Path, help="rewrite the markdown of a results JSON")
     parser.add_argument(
-        "--worker", nargs=5, metavar=("SIDE", "CASE", "SEED", "THREADS", "CORE"), help=argparse.SUPPRESS
+        "--worker", nargs=4, metavar=("SIDE", "CASE", "SEED", "THREADS"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     unknown = [name for name in args.cases if name not in CASES]
@@ -518,9 +523,7 @@ def main() -> int:
         args.render.with_suffix(".md").write_text(markdown(results))
         return 0
     if args.worker:
-        side, name, seed, threads, core = args.worker
-        if core != "None":
-            os.sched_setaffinity(0, {int(core)})
+        side, name, seed, threads = args.worker
         work = ours if side == "rl_app" else sb3
         print(json.dumps(work(CASES[name], int(seed), int(threads))))
         return 0
