@@ -60,6 +60,13 @@ class Case:
     # SB3's observations through VecNormalize (observations only), for an experiment with RLlib's
     # MeanStdFilter; SB3 evaluates with the statistics frozen, as rl_app's checkpoint holds them.
     sb3_normalize_observations: bool = False
+    # rl_app's side: `--set`s on the experiment, and the case's own name where it has some.
+    overrides: tuple[str, ...] = ()
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.experiment
 
 
 # RL Zoo's hyperparams/sac.yml: HalfCheetah (n_timesteps 1e6, learning_starts 10000, the rest SB3's
@@ -151,7 +158,7 @@ PPO_HALFCHEETAH = {
     "policy_kwargs": {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": "Tanh"},
 }
 CASES = {
-    case.experiment: case
+    case.label: case
     for case in (
         Case(
             "ppo_cartpole",
@@ -193,6 +200,28 @@ CASES = {
             differences=(
                 "rl_app as shipped (its own learning rates, 2-5-step returns, prioritized replay) "
                 "against RL Zoo's Pendulum settings for SB3 (lr 1e-3, 1-step, uniform)"
+            ),
+        ),
+        Case(
+            "sac_pendulum",
+            name="sac_pendulum_zoo",
+            marks=(5_000, 10_000, 20_000),
+            seeds=tuple(range(10, 15)),
+            sb3={"algorithm": "SAC", **SAC_ZOO, "learning_rate": 1e-3, "learning_starts": 100},
+            overrides=(
+                "training.actor_lr=0.001",
+                "training.critic_lr=0.001",
+                "training.alpha_lr=0.001",
+                "training.initial_alpha=1.0",
+                "training.n_step=1",
+                "training.replay_buffer.alpha=0.0",
+                "training.replay_buffer.capacity=1000000",
+                "training.num_steps_sampled_before_learning_starts=100",
+            ),
+            differences=(
+                "RL Zoo's Pendulum settings on both sides (lr 1e-3 for actor, critic and alpha, 1-step "
+                "returns, uniform replay of 1M, 100 random steps first): what sets sac_pendulum apart "
+                "from SB3 when both run the same recipe"
             ),
         ),
         Case(
@@ -267,7 +296,8 @@ def ours(case: Case, seed: int, threads: int = THREADS) -> dict[str, Any]:
     episodes = [(i, EVAL_SEED + i) for i in range(case.eval_episodes)]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        algo = build_experiment_algo(case.experiment, [f"seed={seed}", "evaluation.interval=0"], 2, 0)
+        overrides = [*case.overrides, f"seed={seed}", "evaluation.interval=0"]
+        algo = build_experiment_algo(case.experiment, overrides, 2, 0)
         marks, rows, began = list(case.marks), [], time.perf_counter()
         while marks:
             steps = algo.train()[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME]
@@ -399,7 +429,7 @@ def run_side(side: str, case: Case, seed: int, threads: int, core: int | None) -
     """One side's run of one seed, in a fresh process (this script's ``--worker``), pinned to
     ``core`` when given, from before it starts: every thread it and its children (Ray's processes
     among them) start inherits the pinning."""
-    return run_worker(__file__, side, case.experiment, str(seed), str(threads), core=core)
+    return run_worker(__file__, side, case.label, str(seed), str(threads), core=core)
 
 
 def run_seed(case: Case, seed: int, side_by_side: bool) -> dict[str, dict[str, Any]]:
@@ -545,7 +575,7 @@ def main() -> int:
         case = CASES[name]
         if args.seeds:
             case = Case(**{**asdict(case), "seeds": tuple(int(s) for s in args.seeds.split(","))})
-        tuned = set(load_experiment(name).config.tuning_seeds)
+        tuned = set(load_experiment(case.experiment).config.tuning_seeds)
         if tuned & set(case.seeds):
             print(f"{name}: seeds {sorted(tuned & set(case.seeds))} are its tuning seeds", file=sys.stderr)
             return 2
