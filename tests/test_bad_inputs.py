@@ -262,6 +262,20 @@ CASES = {
         ["train", "bad"],
         ["bad.yaml: model.use_lstm: applies to PPO, APPO, IMPALA here, not DQN"],
     ),
+    "squared critic loss on RLlib's own SAC learner": (
+        "algorithm: SAC\nenv: Pendulum-v1\ntraining: {critic_loss: mse}\nacceleration: off\n"
+        "stop: {iterations: 1}\n",
+        ["train", "bad"],
+        [
+            "bad.yaml: training.critic_loss: mse needs rl_app's SAC learner, which this run does not use",
+            "(acceleration: off); allowed: huber",
+        ],
+    ),
+    "critic loss for an algorithm without one": (
+        GOOD.replace("training: {lr: 0.001}", "training: {critic_loss: mse}"),
+        ["show", "bad"],
+        ["bad.yaml: training.critic_loss: unknown key (allowed: lr, gamma"],
+    ),
     "lstm with orthogonal initialisation": (
         GOOD + "model: {use_lstm: true, ortho_init: true}\n",
         ["train", "bad"],

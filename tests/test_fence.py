@@ -58,6 +58,7 @@ COPIED = {
     "ray.rllib.core.learner.utils:update_target_network": ("rl_app.rllib.accel.gradient_step:polyak_average_tensors", "e4d2a73cdd92e3bd"),
     "ray.rllib.utils.minibatch_utils:MiniBatchCyclicIterator.__iter__": ("rl_app.rllib.accel.ppo_learner:ColumnMinibatches", "ce78a8feb5ee7e8d"),
     "ray.rllib.algorithms.ppo.torch.ppo_torch_learner:PPOTorchLearner.compute_loss_for_module": ("rl_app.rllib.accel.ppo_learner:BatchedStepPPOLearner.compute_loss_for_module", "c94d6a6faf8906ac"),
+    "ray.rllib.algorithms.sac.torch.sac_torch_learner:SACTorchLearner._compute_loss_for_module_continuous": ("rl_app.rllib.accel.adapter:squared_critic_losses", "9a5a9ffdbe23c715"),
     "ray.rllib.algorithms.sac.torch.sac_torch_learner:SACTorchLearner.compute_gradients": ("rl_app.rllib.accel.offpolicy_learners:BatchedStepSACLearner.compute_gradients", "4bdcde0470e4c608"),
     "ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module:DefaultSACTorchRLModule._forward_train_continuous": ("rl_app.rllib.catalog:ConcatCriticSACTorchRLModule._forward_train_continuous", "4ad2586cf6700687"),
     "ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module:DefaultSACTorchRLModule._qf_forward_train_helper": ("rl_app.rllib.catalog:_critic", "4b957cd27db81662"),

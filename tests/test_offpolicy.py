@@ -4,6 +4,7 @@ RLlib's learner connector, the same train batch; DQN and SAC experiments pick it
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from typing import Any
 from unittest import mock
@@ -368,6 +369,60 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     mine, reference = (learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (exact, theirs))
     for key, tensor in mine.items():
         torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key, equal_nan=True)
+    env.close()
+
+
+def test_the_squared_critic_loss_is_rllibs_update_with_half_the_squared_td_error() -> None:
+    """``training.critic_loss: mse``: the same state and batches through our learner, and through
+    RLlib's own SAC learner with its Huber loss widened until every TD error falls inside it (delta
+    1e30: half the squared error, computed by torch's Huber), give bit-equal weights, targets
+    included; RLlib's Huber of delta 1 gives other weights on the same batches."""
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    from rl_app.rllib.accel.offpolicy_learners import BatchedStepSACLearner
+
+    config = experiment_config("sac_pendulum", ("training.critic_loss=mse",))
+    assert config.learner_class is BatchedStepSACLearner
+    assert config.learner_config_dict == {"critic_loss": "mse"}
+    _, chunks = sampled_chunks("sac_pendulum", calls=2, steps=64)
+    buffer = ArrayPrioritizedEpisodeReplayBuffer(capacity=1000, alpha=0.0)
+    buffer.rng = np.random.default_rng(5)
+    buffer.add([chunk for call in chunks for chunk in call])
+    env = gym.make("Pendulum-v1")
+    spaces = {DEFAULT_MODULE_ID: (env.observation_space, env.action_space)}
+    ours = (
+        config.copy(copy_frozen=False)
+        .learners(learner_class=unfused(BatchedStepSACLearner))
+        .build_learner(spaces=spaces)
+    )
+    rllib_class = rllib_learner_class(ours)
+    widened, huber = (
+        config.copy(copy_frozen=False).learners(learner_class=rllib_class).build_learner(spaces=spaces)
+        for _ in range(2)
+    )
+    for learner in (widened, huber):
+        learner.set_state(ours.get_state())
+    huber_loss = torch.nn.HuberLoss
+
+    def wide(reduction: str, delta: float) -> torch.nn.Module:
+        assert delta == 1.0  # RLlib's, widened here
+        return huber_loss(reduction=reduction, delta=1e30)
+
+    for step in range(1, 4):
+        columns = buffer.sample_batch(32, n_step=1, gamma=0.99)
+        batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, 32)
+        timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: step * 10_000}
+        for learner in (ours, widened, huber):
+            torch.manual_seed(step)  # SAC's loss samples actions
+            with mock.patch("torch.nn.HuberLoss", wide) if learner is widened else contextlib.nullcontext():
+                learner.update(batch=batch, timesteps=timesteps)
+    mine, reference, rllibs = (
+        learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours, widened, huber)
+    )
+    assert any("target" in key for key in mine)
+    for key, tensor in mine.items():
+        torch.testing.assert_close(tensor, reference[key], rtol=0, atol=0, msg=key)
+    assert any(not torch.equal(tensor, rllibs[key]) for key, tensor in mine.items() if "qf" in key)
     env.close()
 
 

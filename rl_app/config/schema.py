@@ -300,13 +300,24 @@ class DQNTraining(OffPolicyTraining):
     dueling: bool | None = None
 
 
-class SACTraining(OffPolicyTraining):
+class SoftActorCriticTraining(OffPolicyTraining):
+    """What SAC and CQL (SAC with a conservative penalty) share."""
+
     actor_lr: PositiveFloat | None = None
     critic_lr: PositiveFloat | None = None
     alpha_lr: PositiveFloat | None = None
     initial_alpha: PositiveFloat | None = None
     target_entropy: float | Literal["auto"] | None = None
     twin_q: bool | None = None
+
+
+class SACTraining(SoftActorCriticTraining):
+    critic_loss: Literal["huber", "mse"] | None = Field(
+        None,
+        description="Each critic's loss on its TD error: RLlib's 'huber' (delta 1, the default) or "
+        "'mse', half the squared error, as the SAC paper, SB3 and CleanRL have it (continuous "
+        "actions, on rl_app's SAC learner).",
+    )
 
 
 class MARWILTraining(TrainingSection):
@@ -321,7 +332,7 @@ class BCTraining(TrainingSection):
     """Behaviour cloning: the recorded actions' log-likelihood, maximised."""
 
 
-class CQLTraining(SACTraining):
+class CQLTraining(SoftActorCriticTraining):
     """Conservative Q-learning: SAC whose Q-values are pushed down away from the recorded actions."""
 
     bc_iters: NonNegativeInt | None = Field(None, description="Iterations of behaviour cloning first.")

@@ -273,6 +273,7 @@ def env_threads(experiment: ExperimentConfig, plan: ResourcePlan) -> int:
 def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
     """The experiment's training section as keyword arguments of ``.training()``."""
     kwargs = experiment.training.model_dump(exclude_none=True)
+    kwargs.pop("critic_loss", None)  # rl_app's learner's, not RLlib's (see _critic_loss)
     if "replay_buffer" in kwargs:
         kwargs["replay_buffer_config"] = kwargs.pop("replay_buffer")
         kwargs["replay_buffer_config"].pop("implementation", None)
@@ -286,6 +287,29 @@ def training_kwargs(experiment: ExperimentConfig) -> dict[str, Any]:
     if isinstance(kwargs.get("n_step"), tuple):
         kwargs["n_step"] = tuple(kwargs["n_step"])
     return kwargs
+
+
+def _critic_loss(
+    experiment: ExperimentConfig, acceleration: Any, config: AlgorithmConfig, source: str
+) -> None:
+    """SAC's ``training.critic_loss`` for the learner: 'mse' is rl_app's SAC learner's (RLlib's has
+    Huber only), for continuous actions, so it needs that learner to be the one that runs."""
+    import gymnasium as gym
+
+    from rl_app.envs import action_space
+    from rl_app.rllib.accel import CRITIC_LOSS
+
+    chosen = getattr(experiment.training, CRITIC_LOSS, None)
+    if chosen != "mse":
+        return
+    key = f"training.{CRITIC_LOSS}"
+    if not isinstance(action_space(experiment.env), gym.spaces.Box):
+        raise ConfigError(source, "mse is for continuous (Box) actions; allowed here: huber", key=key)
+    if not acceleration.uses("learner"):
+        why = acceleration.off.get("learner") or acceleration.everything_off
+        message = f"mse needs rl_app's SAC learner, which this run does not use ({why}); allowed: huber"
+        raise ConfigError(source, message, key=key)
+    config.learners(learner_config_dict={CRITIC_LOSS: chosen})
 
 
 def dataset_location(location: str) -> str:
@@ -397,6 +421,7 @@ def algorithm_config(experiment: ExperimentConfig, plan: ResourcePlan, source: s
             iter_batches_kwargs={"prefetch_batches": 1},
         )
     apply_plan(acceleration, experiment.algorithm, config)
+    _critic_loss(experiment, acceleration, config, source)
     if agents is not None:
         config.multi_agent(
             policies=set(agents.spaces),
@@ -465,7 +490,7 @@ def resolved_settings(
 ) -> dict[str, Any]:
     """The experiment with every unset training/model value filled in from RLlib's config, and the
     acceleration plan it runs with."""
-    from rl_app.rllib.accel import plan_acceleration
+    from rl_app.rllib.accel import CRITIC_LOSS, plan_acceleration
 
     resolved = experiment.model_dump(mode="json", by_alias=True, exclude={"extends"})
     resolved["acceleration_plan"] = plan_acceleration(experiment, plan).as_dict()
@@ -473,6 +498,8 @@ def resolved_settings(
     for name, info in type(experiment.training).model_fields.items():
         rllib_name = "replay_buffer_config" if name == "replay_buffer" else name
         training[info.alias or name] = _plain(getattr(config, rllib_name, None))
+    if CRITIC_LOSS in training:  # in the learner's settings, RLlib's Huber where not set
+        training[CRITIC_LOSS] = config.learner_config_dict.get(CRITIC_LOSS, "huber")
     if isinstance(training.get("replay_buffer"), dict):  # ours, not RLlib's
         chosen = getattr(experiment.training, "replay_buffer", None)
         training["replay_buffer"]["implementation"] = chosen.implementation if chosen else "auto"

@@ -32,6 +32,9 @@ from rl_app.algorithms import algorithm_spec
 SUPPORTED_RAY = "2.60.0"
 SWITCH_ENV = "RL_APP_ACCELERATION"
 PARTS = ("runner", "learner", "training_step", "replay_buffer", "module")
+# The learner_config_dict key under which rl_app.rllib.config hands SAC's ``training.critic_loss`` to
+# rl_app's SAC learner (RLlib's has no such setting).
+CRITIC_LOSS = "critic_loss"
 PART_NAMES = {
     "runner": "runner",
     "learner": "learner",

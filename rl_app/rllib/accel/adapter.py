@@ -20,6 +20,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 from ray.rllib.algorithms.sac.sac_catalog import SACCatalog
+from ray.rllib.algorithms.sac.sac_learner import QF_LOSS_KEY, QF_PREDS, QF_TWIN_LOSS_KEY, QF_TWIN_PREDS
 from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
 from ray.rllib.connectors.env_to_module import MeanStdFilter
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
@@ -651,6 +652,32 @@ class LearnerInternals:
     def forget_per_optimizer_losses(self) -> None:
         """SAC's learner keeps each optimizer's loss for its per-optimizer backwards."""
         cast(Any, self)._temp_losses.clear()
+
+
+def squared_critic_losses(
+    learner: Any, module_id: str, config: Any, batch: Any, fwd_out: Any
+) -> torch.Tensor:
+    """The total loss of RLlib's SAC for continuous actions, after its ``compute_loss_for_module``,
+    with each critic's Huber loss (delta 1) replaced by half its squared TD error, the SAC paper's,
+    SB3's and CleanRL's: RLlib's Bellman target (copied from ``_compute_loss_for_module_continuous``),
+    its importance weights, and the per-optimizer losses and metrics under RLlib's keys."""
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.learner.learner import POLICY_LOSS_KEY
+
+    losses = learner._temp_losses
+    alpha = torch.exp(learner.curr_log_alpha[module_id])
+    q_target_next = fwd_out["q_target_next"] - alpha.detach() * fwd_out["logp_next_resampled"]
+    q_next_masked = (1.0 - batch[Columns.TERMINATEDS].float()) * q_target_next
+    target = (batch[Columns.REWARDS] + (config.gamma ** batch["n_step"]) * q_next_masked).detach()
+    critics = [(QF_PREDS, QF_LOSS_KEY)] + ([(QF_TWIN_PREDS, QF_TWIN_LOSS_KEY)] if config.twin_q else [])
+    for predictions, key in critics:
+        loss = torch.mean(batch["weights"] * 0.5 * torch.square(fwd_out[predictions] - target))
+        losses[(module_id, key)] = loss
+        learner.metrics.log_value(key=(module_id, key), value=loss, window=1)
+    # RLlib's sum, in its order.
+    total = losses[(module_id, POLICY_LOSS_KEY)] + losses[(module_id, QF_LOSS_KEY)]
+    total = total + losses[(module_id, "alpha_loss")]
+    return total + losses[(module_id, QF_TWIN_LOSS_KEY)] if config.twin_q else total
 
 
 def after_gradient_based_update_below_dqn(learner: Any, timesteps: dict[str, Any]) -> None:

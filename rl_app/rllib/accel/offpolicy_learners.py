@@ -22,8 +22,10 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.metrics.ray_metrics import TimerAndPrometheusLogger
 
+from rl_app.rllib.accel import CRITIC_LOSS
 from rl_app.rllib.accel.adapter import (
     after_gradient_based_update_below_dqn,
+    squared_critic_losses,
 )
 from rl_app.rllib.accel.gradient_step import (
     GradientStepMixin,
@@ -167,6 +169,16 @@ class BatchedStepSACLearner(OffPolicyLearnerMixin, SACTorchLearner):  # type: ig
     parameter the gradient that RLlib's four ``retain_graph`` backwards, one per optimizer, leave
     on it.
     """
+
+    def compute_loss_for_module(self, *, module_id: str, config: Any, batch: Any, fwd_out: Any) -> Any:
+        """RLlib's SAC loss; with ``training.critic_loss: mse`` its critics' Huber losses become half
+        their squared TD errors (rl_app.rllib.config puts the choice in ``learner_config_dict``)."""
+        loss = super().compute_loss_for_module(
+            module_id=module_id, config=config, batch=batch, fwd_out=fwd_out
+        )
+        if config.learner_config_dict.get(CRITIC_LOSS) != "mse":
+            return loss
+        return squared_critic_losses(self, module_id, config, batch, fwd_out)
 
     def compute_gradients(self, loss_per_module: Any, **kwargs: Any) -> Any:
         if self.uses_grad_scaler() or self.config.num_learners > 1:
