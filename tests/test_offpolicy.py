@@ -316,13 +316,32 @@ def test_the_local_runner_acts_with_the_learners_weights_after_each_update(ray_s
         algo.stop()
 
 
+def update_in_turn(
+    buffer: ArrayPrioritizedEpisodeReplayBuffer,
+    learners: tuple[Any, ...],
+    context: Any = lambda learner: contextlib.nullcontext(),
+) -> None:
+    """Three updates on 32 replayed transitions each, every learner in turn on the same batch from
+    the same torch seed (SAC's loss samples actions), inside ``context(learner)``; every step syncs
+    the targets (SAC: tau 0.005; DQN: a full copy)."""
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    for step in range(1, 4):
+        columns = buffer.sample_batch(32, n_step=1, gamma=0.99)
+        batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, 32)
+        timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: step * 10_000}
+        for learner in learners:
+            torch.manual_seed(step)
+            with context(learner):
+                learner.update(batch=batch, timesteps=timesteps)
+
+
 @pytest.mark.parametrize("name", ["sac_pendulum", "dqn_cartpole"])
 def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     """The same state and batches through RLlib's torch learner and ours (one finiteness check for
     all gradients, the target average as multi-tensor ops, SAC's one backward pass): bit-equal
     weights, targets included, with RLlib's Adam kept (equal to rounding with the fused one), and a
     step with a nan gradient handed to RLlib's own handling."""
-    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     from rl_app.rllib.accel.gradient_step import all_finite
     from rl_app.rllib.accel.offpolicy_learners import BatchedStepDQNLearner, BatchedStepSACLearner
@@ -347,13 +366,7 @@ def test_our_learner_updates_exactly_as_rllibs(name: str) -> None:
     )
     for learner in (theirs, exact):
         learner.set_state(ours.get_state())
-    for step in range(1, 4):  # every step syncs the targets (SAC: tau 0.005; DQN: a full copy)
-        columns = buffer.sample_batch(32, n_step=1, gamma=0.99)
-        batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, 32)
-        timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: step * 10_000}
-        for learner in (exact, theirs, ours):
-            torch.manual_seed(step)  # SAC's loss samples actions
-            learner.update(batch=batch, timesteps=timesteps)
+    update_in_turn(buffer, (exact, theirs, ours))
     mine, reference, fused = (
         learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (exact, theirs, ours)
     )
@@ -377,7 +390,6 @@ def test_the_squared_critic_loss_is_rllibs_update_with_half_the_squared_td_error
     RLlib's own SAC learner with its Huber loss widened until every TD error falls inside it (delta
     1e30: half the squared error, computed by torch's Huber), give bit-equal weights, targets
     included; RLlib's Huber of delta 1 gives other weights on the same batches."""
-    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     from rl_app.rllib.accel.offpolicy_learners import BatchedStepSACLearner
 
@@ -408,14 +420,13 @@ def test_the_squared_critic_loss_is_rllibs_update_with_half_the_squared_td_error
         assert delta == 1.0  # RLlib's, widened here
         return huber_loss(reduction=reduction, delta=1e30)
 
-    for step in range(1, 4):
-        columns = buffer.sample_batch(32, n_step=1, gamma=0.99)
-        batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(columns)}, 32)
-        timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: step * 10_000}
-        for learner in (ours, widened, huber):
-            torch.manual_seed(step)  # SAC's loss samples actions
-            with mock.patch("torch.nn.HuberLoss", wide) if learner is widened else contextlib.nullcontext():
-                learner.update(batch=batch, timesteps=timesteps)
+    update_in_turn(
+        buffer,
+        (ours, widened, huber),
+        lambda learner: (
+            mock.patch("torch.nn.HuberLoss", wide) if learner is widened else contextlib.nullcontext()
+        ),
+    )
     mine, reference, rllibs = (
         learner.module[DEFAULT_MODULE_ID].state_dict() for learner in (ours, widened, huber)
     )

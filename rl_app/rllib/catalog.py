@@ -37,7 +37,9 @@ from rl_app.rllib.accel.adapter import (
     MLPEncoderInternals,
     SACCatalogInternals,
     SACModuleInternals,
+    clips_log_std,
     encoder_config_of,
+    inner_net,
 )
 from rl_app.rllib.accel.draws import draw_squashed_gaussian
 from rl_app.rllib.distributions import SquashedGaussian
@@ -193,10 +195,10 @@ def _plain_critic(encoder: Any, head: Any) -> bool:
     return (
         type(encoder) is TorchObservationActionEncoder
         and type(head) is TorchMLPHead
-        and not getattr(head, "clip_log_std", False)
+        and not clips_log_std(head)
     )
 
 
 def _critic(encoder: Any, head: Any, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """RLlib's ``_qf_forward_train_helper(squeeze=True)`` for a :func:`_plain_critic`."""
-    return head.net(encoder.net(torch.cat([obs, actions], dim=-1))).squeeze(-1)
+    return inner_net(head)(inner_net(encoder)(torch.cat([obs, actions], dim=-1))).squeeze(-1)

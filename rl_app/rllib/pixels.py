@@ -20,6 +20,8 @@ from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQ
 from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 from ray.rllib.core.models.torch.encoder import TorchCNNEncoder, TorchMLPEncoder
 
+from rl_app.rllib.accel.adapter import inner_net, set_inner_net
+
 
 def has_raw_inputs(space: gym.Space) -> bool:
     """A Box whose values are not floats, of rank 3 (frames, grids) or 1 (a flattened grid, counts):
@@ -58,9 +60,9 @@ class ImageInputs:
         modules: list[Any] = list(self.modules())  # type: ignore[attr-defined]
         for encoder in modules:
             if isinstance(encoder, TorchCNNEncoder):
-                encoder.net = torch.nn.Sequential(ToFloat(scale), *encoder.net)
+                set_inner_net(encoder, torch.nn.Sequential(ToFloat(scale), *inner_net(encoder)))
             elif flat and isinstance(encoder, TorchMLPEncoder):
-                encoder.net = torch.nn.Sequential(ToFloat(scale), encoder.net)  # type: ignore[assignment]
+                set_inner_net(encoder, torch.nn.Sequential(ToFloat(scale), inner_net(encoder)))
 
 
 class ImagePPOModule(ImageInputs, DefaultPPOTorchRLModule):

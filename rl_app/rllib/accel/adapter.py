@@ -117,6 +117,10 @@ PRIVATE_ATTRIBUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("ray.rllib.core.models.torch.heads", "TorchFreeLogStdMLPHead"): (
         "net", "log_std", "clip_log_std", "log_std_clip_param_const",
     ),
+    # Not underscored either: the network each encoder's and head's forward pass calls (inner_net).
+    ("ray.rllib.core.models.torch.encoder", "TorchMLPEncoder"): ("net",),
+    ("ray.rllib.core.models.torch.encoder", "TorchCNNEncoder"): ("net",),
+    ("ray.rllib.core.models.torch.heads", "TorchMLPHead"): ("net",),
 }  # fmt: skip
 
 # (module, class): methods a class must leave to its bases, because rl_app's learners replace the
@@ -767,6 +771,20 @@ class MLPEncoderInternals(TorchMLPEncoder):
 
     def encode(self, inputs: dict, **kwargs: Any) -> dict:
         return super()._forward(inputs, **kwargs)
+
+
+def inner_net(part: Any) -> Any:
+    """The network an RLlib torch encoder's or head's forward pass calls (its ``net``)."""
+    return part.net
+
+
+def set_inner_net(part: Any, net: torch.nn.Module) -> None:
+    part.net = net
+
+
+def clips_log_std(head: Any) -> bool:
+    """Whether an RLlib head clips the log std it outputs (only the log-std heads have the flag)."""
+    return bool(getattr(head, "clip_log_std", False))
 
 
 def encoder_config_of(catalog: Any) -> Any:
