@@ -376,7 +376,8 @@ def sac_training_rate(steps: int, starts: int = 1_000, warm: int = 50, rounds: i
     here = os.path.dirname(os.path.abspath(__file__))
     ours: list[float] = []
     sb3_two_threads: list[float] = []
-    for _ in range(rounds):
+    for round_index in range(rounds):
+        print(f"SAC HalfCheetah training: round {round_index + 1} of {rounds}", file=sys.stderr, flush=True)
         ours.append(sac_rate_in_subprocess(SAC_OURS_SCRIPT, here, starts, warm, steps))
         sb3_two_threads.append(sac_rate_in_subprocess(SAC_SB3_SCRIPT, 2, starts, warm, steps))
     sb3 = {
@@ -492,6 +493,7 @@ def throughput(steps: int) -> dict[str, Any]:
     ):
         config = load_experiment(experiment).config
         n = steps // share
+        print(f"sampling: {experiment}, {n:,} steps a measurement", file=sys.stderr, flush=True)
         ceiling = raw_ceiling(config, config.env_runners.num_envs_per_env_runner, n)
         row = rows[experiment] = {
             "env": config.env.id,
