@@ -198,8 +198,8 @@ CASES = {
             seeds=tuple(range(10, 15)),
             sb3={"algorithm": "SAC", **SAC_ZOO, "learning_rate": 1e-3, "learning_starts": 100},
             differences=(
-                "rl_app as shipped (its own learning rates, 2-5-step returns, prioritized replay) "
-                "against RL Zoo's Pendulum settings for SB3 (lr 1e-3, 1-step, uniform)"
+                "RL Zoo's Pendulum settings on both sides (lr 1e-3 for actor, critic and alpha, 1-step "
+                "returns, uniform replay of 1M, 100 random steps first)"
             ),
         ),
         Case(
@@ -214,28 +214,6 @@ CASES = {
                 "RL Zoo's settings on both sides, both starting to learn after 5,000 random steps "
                 "(RL Zoo: 10,000), and the critics' loss half the squared TD error on both "
                 "(rl_app: training.critic_loss mse; RLlib's default is Huber)"
-            ),
-        ),
-        Case(
-            "sac_pendulum",
-            name="sac_pendulum_zoo",
-            marks=(5_000, 10_000, 20_000),
-            seeds=tuple(range(10, 15)),
-            sb3={"algorithm": "SAC", **SAC_ZOO, "learning_rate": 1e-3, "learning_starts": 100},
-            overrides=(
-                "training.actor_lr=0.001",
-                "training.critic_lr=0.001",
-                "training.alpha_lr=0.001",
-                "training.initial_alpha=1.0",
-                "training.n_step=1",
-                "training.replay_buffer.alpha=0.0",
-                "training.replay_buffer.capacity=1000000",
-                "training.num_steps_sampled_before_learning_starts=100",
-            ),
-            differences=(
-                "RL Zoo's Pendulum settings on both sides (lr 1e-3 for actor, critic and alpha, 1-step "
-                "returns, uniform replay of 1M, 100 random steps first): what sets sac_pendulum apart "
-                "from SB3 when both run the same recipe"
             ),
         ),
         Case(

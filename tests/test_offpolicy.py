@@ -509,7 +509,7 @@ def test_the_lean_update_is_rllibs_update_with_its_metrics_logged_once(name: str
 def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: None, name: str) -> None:
     """With the runner and the learner in the driver, one training step runs an iteration's rounds
     inside one learner call, the runner's steps going to the buffer as transitions, and collects
-    metrics once: the same env steps, stored steps, replay draws (SAC's prioritized, so its TD
+    metrics once: the same env steps, stored steps, replay draws (SAC's made prioritized, so its TD
     errors must reach the priorities), weights, runner weights and learner results as running
     RLlib's rounds (episodes from the runner, learner-group update, metrics per round) one after
     another."""
@@ -517,7 +517,7 @@ def test_a_training_step_in_one_process_is_rllibs_rounds_in_turn(ray_session: No
 
     overrides = ("training.num_steps_sampled_before_learning_starts=64", "evaluation.interval=0")
     if name == "sac_pendulum":  # rounds of 20 steps: several lean updates in the training step
-        overrides += ("env_runners.rollout_fragment_length=5",)
+        overrides += ("env_runners.rollout_fragment_length=5", "training.replay_buffer.alpha=1.0")
     lifetime = (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME)
     results = []
     for in_one_process in (True, False):
@@ -626,3 +626,55 @@ def test_the_in_process_step_keeps_rllibs_own_training_step_schedule(ray_session
         assert mine[3] == mine[0] and other[3] == other[0]  # every sampled step stored
         assert mine[1:3] == other[1:3] and mine[4] == other[4]  # rows trained, target updates, keys
     assert ours[-1][1] > 0 and ours[-1][2] > 0  # it did train and move its targets
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "schedule", "updates_per_step"),
+    [
+        ("sac_pendulum", (), "1 update of 256 rows per env step", 1.0),
+        # RLlib's round is n_step's largest step count when rollout_fragment_length is auto.
+        ("sac_pendulum", ("training.n_step=[2,5]",), "1 update of 256 rows per 5 env steps", 0.2),
+        ("dqn_cartpole", (), "64 updates of 128 rows per 256 env steps", 0.25),
+    ],
+)
+def test_a_run_says_how_often_it_updates_and_updates_that_often(
+    ray_session: None, name: str, overrides: tuple[str, ...], schedule: str, updates_per_step: float
+) -> None:
+    """The Replay line (and config.yaml's replay_schedule) against the updates an iteration makes."""
+    from ray.rllib.utils.metrics import (
+        ENV_RUNNER_RESULTS,
+        LEARNER_RESULTS,
+        NUM_ENV_STEPS_SAMPLED_LIFETIME,
+        NUM_MODULE_STEPS_TRAINED_LIFETIME,
+    )
+
+    from rl_app.rllib.config import replay_schedule, resolved_settings
+
+    loaded = load_experiment(
+        name, ("training.num_steps_sampled_before_learning_starts=0", "evaluation.interval=0", *overrides)
+    )
+    plan = plan_resources(loaded.config, 2, 0)
+    config = algorithm_config(loaded.config, plan, loaded.source)
+    assert replay_schedule(loaded.config, config) == schedule
+    assert resolved_settings(loaded.config, config, plan)["replay_schedule"] == schedule
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    steps = result[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED_LIFETIME]
+    updates = result[LEARNER_RESULTS][DEFAULT_MODULE_ID][NUM_MODULE_STEPS_TRAINED_LIFETIME] / (
+        config.total_train_batch_size
+    )
+    assert steps >= 100
+    assert updates / steps == pytest.approx(updates_per_step, rel=0.05)
+
+
+def test_on_policy_runs_say_nothing_of_replay() -> None:
+    from rl_app.rllib.config import replay_schedule, resolved_settings
+
+    loaded = load_experiment("ppo_cartpole")
+    plan = plan_resources(loaded.config, 2, 0)
+    config = algorithm_config(loaded.config, plan, loaded.source)
+    assert replay_schedule(loaded.config, config) is None
+    assert "replay_schedule" not in resolved_settings(loaded.config, config, plan)

@@ -530,7 +530,27 @@ def resolved_settings(
     if isinstance(module_class, type) and issubclass(module_class, DefaultSACTorchRLModule):
         concat = config.rl_module_spec.catalog_class is ConcatCriticSACCatalog
         resolved["model"]["sac_critic"] = "concat" if concat else "multi_stream"
+    schedule = replay_schedule(experiment, config)
+    if schedule is not None:
+        resolved["replay_schedule"] = schedule
     return resolved
+
+
+def replay_schedule(experiment: ExperimentConfig, config: AlgorithmConfig) -> str | None:
+    """How often a DQN or SAC run updates, as their training step rounds go: the updates (and
+    their rows) per round of sampled env steps. RLlib's round is ``rollout_fragment_length`` steps
+    of each env of each runner, and ``auto`` is ``n_step``'s largest, so multi-step returns also
+    mean fewer updates per env step; said here because nothing else in the YAML shows it."""
+    if experiment.algorithm not in ("DQN", "SAC") or experiment.offline is not None:
+        return None
+    from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
+
+    store_weight, train_weight = (int(weight) for weight in calculate_rr_weights(config))
+    per_round = config.get_rollout_fragment_length() * config.num_envs_per_env_runner
+    steps = store_weight * per_round * max(config.num_env_runners, 1)
+    updates = f"{train_weight} update{'s' if train_weight != 1 else ''}"
+    every = "env step" if steps == 1 else f"{steps:,} env steps"
+    return f"{updates} of {config.total_train_batch_size} rows per {every}"
 
 
 def _plain(value: Any) -> Any:

@@ -364,7 +364,7 @@ def train(
             from rl_app.rllib.config import describe_rllib_setup
 
             resources += f"; {describe_rllib_setup(experiment, resource_plan)}"
-        _print_start(console, plan, resources, run_dir, mirror)
+        _print_start(console, plan, resources, resolved.get("replay_schedule"), run_dir, mirror)
         if tracking_to is not None:
             console.print(f"Tracking: {tracking_to.describe()}")
         loop = TrainingLoop(build_backend(), experiment, plan.name)
@@ -405,13 +405,20 @@ def train(
 
 
 def _print_start(
-    console: Console, plan: Plan, resources: str, run_dir: Path, mirror: StorageFolder | None
+    console: Console,
+    plan: Plan,
+    resources: str,
+    replay_schedule: str | None,
+    run_dir: Path,
+    mirror: StorageFolder | None,
 ) -> None:
     experiment = plan.experiment
     console.print(
         f"[bold]{plan.name}[/bold]: {experiment.algorithm} on {experiment.env.id}, seed {experiment.seed}"
     )
     console.print(f"Resources: {resources}")
+    if replay_schedule is not None:
+        console.print(f"Replay: {replay_schedule}")
     console.print(f"Run folder: {run_dir}" + (f" (mirrored to {mirror.describe()})" if mirror else ""))
     for text in plan.warnings:
         warner(console)(text)
