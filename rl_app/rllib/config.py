@@ -543,9 +543,9 @@ def replay_schedule(experiment: ExperimentConfig, config: AlgorithmConfig) -> st
     mean fewer updates per env step; said here because nothing else in the YAML shows it."""
     if experiment.algorithm not in ("DQN", "SAC") or experiment.offline is not None:
         return None
-    from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
+    from rl_app.rllib.accel.adapter import round_weights
 
-    store_weight, train_weight = (int(weight) for weight in calculate_rr_weights(config))
+    store_weight, train_weight = round_weights(config)
     per_round = config.get_rollout_fragment_length() * config.num_envs_per_env_runner
     steps = store_weight * per_round * max(config.num_env_runners, 1)
     updates = f"{train_weight} update{'s' if train_weight != 1 else ''}"

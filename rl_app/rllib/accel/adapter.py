@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import numpy as np
 import torch
+from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
 from ray.rllib.algorithms.sac.sac_catalog import SACCatalog
 from ray.rllib.algorithms.sac.sac_learner import QF_LOSS_KEY, QF_PREDS, QF_TWIN_LOSS_KEY, QF_TWIN_PREDS
 from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
@@ -719,6 +720,13 @@ def set_weights_seq_no(runner: Any, value: int) -> None:
 
 # The key of the largest priority in the state of RLlib's PrioritizedEpisodeReplayBuffer.
 RLLIB_BUFFER_MAX_PRIORITY = "_max_priority"
+
+
+def round_weights(config: Any) -> tuple[int, int]:
+    """RLlib 2.60's DQN and SAC round from their config (``calculate_rr_weights``, set by
+    ``training_intensity``): how many sampling calls, then how many updates."""
+    store_weight, train_weight = calculate_rr_weights(config)
+    return int(store_weight), int(train_weight)
 
 
 def sample_from_runners(env_runner_group: Any, **kwargs: Any) -> tuple[list[Any], list[Any]]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from ray.rllib.algorithms.dqn.dqn import DQN, calculate_rr_weights
+from ray.rllib.algorithms.dqn.dqn import DQN
 from ray.rllib.algorithms.sac.sac import SAC
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
@@ -48,6 +48,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_app.rllib.accel.adapter import (
+    round_weights,
     sample_from_runners,
     update_without_reducing_metrics,
 )
@@ -180,7 +181,7 @@ class _ArrayReplayTrainingStep:
         """One round of DQN's training step: sample and store, then (once learning has started)
         replay and update, then weights to the runners. Returns the env steps it sampled."""
         config = self.config
-        store_weight, sample_and_train_weight = (int(w) for w in calculate_rr_weights(config))
+        store_weight, sample_and_train_weight = round_weights(config)
         before = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
         sampled = 0
         for _ in range(store_weight):
