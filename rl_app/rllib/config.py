@@ -541,7 +541,7 @@ def replay_schedule(experiment: ExperimentConfig, config: AlgorithmConfig) -> st
     their rows) per round of sampled env steps. RLlib's round is ``rollout_fragment_length`` steps
     of each env of each runner, and ``auto`` is ``n_step``'s largest, so multi-step returns also
     mean fewer updates per env step; said here because nothing else in the YAML shows it."""
-    if experiment.algorithm not in ("DQN", "SAC") or experiment.offline is not None:
+    if experiment.algorithm not in ("DQN", "SAC"):  # the two that sample and replay (never offline)
         return None
     from rl_app.rllib.accel.adapter import round_weights
 
